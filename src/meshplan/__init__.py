@@ -1,0 +1,27 @@
+"""meshplan: predict and plan LLM training runs and serving deployments on GPU clusters.
+
+The public API is what `__all__` lists; everything else may change between releases.
+"""
+
+from meshplan.errors import ConfigError, MeshplanError, UnknownNameError
+from meshplan.hardware import Cluster, GPUSpec, Interconnect, get_gpu, get_interconnect, list_gpus
+from meshplan.model import ModelSpec, from_config, list_entries as list_models, load_model
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cluster",
+    "ConfigError",
+    "GPUSpec",
+    "Interconnect",
+    "MeshplanError",
+    "ModelSpec",
+    "UnknownNameError",
+    "__version__",
+    "from_config",
+    "get_gpu",
+    "get_interconnect",
+    "list_gpus",
+    "list_models",
+    "load_model",
+]

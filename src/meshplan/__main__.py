@@ -1,0 +1,5 @@
+"""`python -m meshplan` runs the command-line interface."""
+
+from meshplan.cli import main
+
+main()

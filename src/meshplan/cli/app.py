@@ -1,0 +1,23 @@
+"""The root typer application; each command family lives in its own module and registers here."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="meshplan",
+    help="Predict and plan LLM training runs and serving deployments on GPU clusters.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    from meshplan.cli import gpus, models
+
+    for module in (models, gpus):
+        module.register(app)
+
+
+_register()

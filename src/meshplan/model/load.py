@@ -1,0 +1,90 @@
+"""Turn what a user names (catalog name, config.json path, `hf:ORG/NAME`, a mapping) into a ModelSpec."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from meshplan.errors import ConfigError
+from meshplan.model import catalog_index
+from meshplan.model.config_view import ConfigView
+from meshplan.model.families import PARSERS
+from meshplan.model.spec import ModelSpec
+
+TEXT_MODEL_TYPES = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
+"""Multimodal wrappers whose nested `text_config` may omit its own model_type."""
+
+
+def text_part(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The language model's config: a nested `text_config` when present, else the config itself."""
+    nested = config.get("text_config")
+    if not isinstance(nested, Mapping):
+        return dict(config)
+    text = dict(nested)
+    outer = config.get("model_type")
+    if "model_type" not in text and outer:
+        text["model_type"] = TEXT_MODEL_TYPES.get(outer, outer)
+    for key in ("tie_word_embeddings",):  # some wrappers keep it on the outer config only
+        if key not in text and key in config:
+            text[key] = config[key]
+    return text
+
+
+def supported_families() -> list[str]:
+    """Hugging Face model_types meshplan can read."""
+    return sorted(k for k in PARSERS if k != "generic")
+
+
+def from_config(config: Mapping[str, Any], name: str | None = None,
+                where: str = "model config") -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config.json mapping or a run-record model mapping."""
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of config fields, got {type(config).__name__}")
+    text = text_part(config)
+    family = text.get("model_type") or "generic"
+    parser = PARSERS.get(family)
+    if parser is None:
+        raise ConfigError(
+            f"{where}: model_type {family!r} is not supported; supported: "
+            + ", ".join(supported_families())
+        )
+    display = name or config.get("name") or config.get("_name_or_path") or family
+    return parser(ConfigView(text, where), str(display))
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Parse a config.json file, reporting malformed JSON by line and column."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read model config {str(path)!r}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object of config fields")
+    return data
+
+
+def load_model(source: str | Path | Mapping[str, Any], name: str | None = None) -> ModelSpec:
+    """A ModelSpec from a catalog name, a config.json path, `hf:ORG/NAME`, or a config mapping."""
+    if isinstance(source, Mapping):
+        return from_config(source, name)
+    text = str(source)
+    if text.startswith("hf:"):
+        from meshplan.model.hub import fetch_config
+
+        repo = text[3:]
+        return from_config(fetch_config(repo), name or repo, where=text)
+    path = Path(text)
+    if isinstance(source, Path) or path.suffix == ".json" or path.exists():
+        if path.is_dir():
+            path = path / "config.json"
+        return from_config(read_config_file(path), name or path.parent.name, where=str(path))
+    entry = catalog_index.get_entry(text)
+    return from_config(catalog_index.catalog_config(text), name or entry.name, where=entry.name)
