@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
+from importlib import resources
 from typing import Any
+
+import yaml
 
 from meshplan.errors import ConfigError
 from meshplan.model import catalog_index
@@ -32,6 +36,23 @@ def text_part(config: Mapping[str, Any]) -> dict[str, Any]:
     return text
 
 
+DEFAULTS_ALIASES = {"kimi_k2": "deepseek_v3"}
+
+
+@functools.cache
+def family_defaults() -> dict[str, dict[str, Any]]:
+    """transformers' config-class defaults per model_type (see families/defaults.yaml)."""
+    text = resources.files("meshplan.model.families").joinpath("defaults.yaml").read_text()
+    return yaml.safe_load(text)["defaults"]
+
+
+def with_family_defaults(text: dict[str, Any]) -> dict[str, Any]:
+    """Fill fields a config.json omits with the values transformers would use for its family."""
+    family = text.get("model_type")
+    defaults = family_defaults().get(DEFAULTS_ALIASES.get(family, family), {})
+    return {**defaults, **text}
+
+
 def supported_families() -> list[str]:
     """Hugging Face model_types meshplan can read."""
     return sorted(k for k in PARSERS if k != "generic")
@@ -42,7 +63,7 @@ def from_config(config: Mapping[str, Any], name: str | None = None,
     """Build a ModelSpec from a Hugging Face config.json mapping or a run-record model mapping."""
     if not isinstance(config, Mapping):
         raise ConfigError(f"{where}: expected a mapping of config fields, got {type(config).__name__}")
-    text = text_part(config)
+    text = with_family_defaults(text_part(config))
     family = text.get("model_type") or "generic"
     parser = PARSERS.get(family)
     if parser is None:
