@@ -81,7 +81,7 @@ def test_bad_config_exits_2_with_one_clear_line(tmp_path, content, message):
 
 
 def test_unknown_model_name_suggests_closest():
-    result = run("model", "show", "llama3.1-70b")
+    result = run("model", "show", "llama-3.1-7b")
     assert result.exit_code == 2
     assert "closest:" in result.stderr and "llama-3.1-70b" in result.stderr
 

@@ -23,9 +23,25 @@ def test_unsupported_family_lists_supported_ones():
         from_config(_base(model_type="mamba"))
 
 
-@pytest.mark.parametrize("field", ["hidden_size", "num_hidden_layers", "vocab_size"])
-def test_missing_required_field_is_named(field):
+@pytest.mark.parametrize("field", ["hidden_size", "num_hidden_layers", "num_attention_heads"])
+def test_missing_core_field_is_named(field):
     cfg = _base()
+    del cfg[field]
+    with pytest.raises(ConfigError, match=f"required field '{field}'"):
+        from_config(cfg)
+
+
+def test_family_fills_omitted_fields_as_transformers_does():
+    # Gemma 3's published text_config omits vocab_size; Gemma3TextConfig defaults it to 262,208.
+    cfg = _base(model_type="gemma3_text", head_dim=32)
+    del cfg["vocab_size"]
+    assert from_config(cfg).vocab_size == 262_208
+
+
+@pytest.mark.parametrize("field", ["intermediate_size", "vocab_size"])
+def test_missing_field_without_family_default_is_named(field):
+    cfg = _base()
+    del cfg["model_type"]  # the run-record mapping has no family defaults
     del cfg[field]
     with pytest.raises(ConfigError, match=f"required field '{field}'"):
         from_config(cfg)

@@ -10,7 +10,7 @@ import meshplan
 EXPECTED_API = [
     "Cluster", "ConfigError", "GPUSpec", "Interconnect", "MeshplanError", "ModelSpec",
     "UnknownNameError", "__version__", "from_config", "get_gpu", "get_interconnect", "list_gpus",
-    "list_models", "load_model",
+    "list_interconnects", "list_models", "load_model",
 ]
 
 

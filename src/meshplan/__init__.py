@@ -4,7 +4,9 @@ The public API is what `__all__` lists; everything else may change between relea
 """
 
 from meshplan.errors import ConfigError, MeshplanError, UnknownNameError
-from meshplan.hardware import Cluster, GPUSpec, Interconnect, get_gpu, get_interconnect, list_gpus
+from meshplan.hardware import (
+    Cluster, GPUSpec, Interconnect, get_gpu, get_interconnect, list_gpus, list_interconnects,
+)
 from meshplan.model import ModelSpec, from_config, list_entries as list_models, load_model
 
 __version__ = "0.1.0"
@@ -22,6 +24,7 @@ __all__ = [
     "get_gpu",
     "get_interconnect",
     "list_gpus",
+    "list_interconnects",
     "list_models",
     "load_model",
 ]

@@ -28,7 +28,7 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except MeshplanError as exc:
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
 
     return wrapper  # type: ignore[return-value]

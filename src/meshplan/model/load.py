@@ -46,8 +46,16 @@ def family_defaults() -> dict[str, dict[str, Any]]:
     return yaml.safe_load(text)["defaults"]
 
 
-def with_family_defaults(text: dict[str, Any]) -> dict[str, Any]:
+CORE_FIELDS = (("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"),
+               ("num_attention_heads", "n_head"))
+"""Shape fields a config must state itself (aliases per row); the rest may take family defaults."""
+
+
+def with_family_defaults(text: dict[str, Any], where: str) -> dict[str, Any]:
     """Fill fields a config.json omits with the values transformers would use for its family."""
+    for keys in CORE_FIELDS:
+        if all(text.get(k) is None for k in keys):
+            raise ConfigError(f"{where}: required field {keys[0]!r} is missing")
     family = text.get("model_type")
     defaults = family_defaults().get(DEFAULTS_ALIASES.get(family, family), {})
     return {**defaults, **text}
@@ -63,7 +71,7 @@ def from_config(config: Mapping[str, Any], name: str | None = None,
     """Build a ModelSpec from a Hugging Face config.json mapping or a run-record model mapping."""
     if not isinstance(config, Mapping):
         raise ConfigError(f"{where}: expected a mapping of config fields, got {type(config).__name__}")
-    text = with_family_defaults(text_part(config))
+    text = text_part(config)
     family = text.get("model_type") or "generic"
     parser = PARSERS.get(family)
     if parser is None:
@@ -71,6 +79,7 @@ def from_config(config: Mapping[str, Any], name: str | None = None,
             f"{where}: model_type {family!r} is not supported; supported: "
             + ", ".join(supported_families())
         )
+    text = with_family_defaults(text, where)
     display = name or config.get("name") or config.get("_name_or_path") or family
     return parser(ConfigView(text, where), str(display))
 

@@ -1,0 +1,145 @@
+"""The hardware a run uses: a GPU model, how many, and how they are grouped and networked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from meshplan.errors import ConfigError
+from meshplan.hardware.catalog import get_gpu
+from meshplan.hardware.gpu import GPUSpec
+
+BITS_PER_BYTE = 8
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster:
+    """GPUs of one catalog model in nodes and scale-up domains; defaults come from the GPU row.
+
+    Fields left as None are filled at construction from the GPU row, so on a built Cluster
+    every field except power_limit_w holds a concrete value.
+    """
+
+    gpu: GPUSpec
+    """The GPU model every rank runs on."""
+    num_gpus: int
+    """GPUs in the job (at least 1)."""
+    gpus_per_node: int | None = None
+    """GPUs per server/tray; default the GPU row's default_gpus_per_node."""
+    scale_up_domain: int | None = None
+    """GPUs sharing NVLink/NVSwitch/xGMI; default the GPU row's (72 for NVL72 parts) or the node."""
+    inter_node_bandwidth_bytes_per_s_per_gpu: float | None = None
+    """Scale-out network bandwidth per GPU, one direction, bytes/s; default the GPU row's NIC."""
+    scale_up_bandwidth_bytes_per_s_per_direction: float | None = None
+    """Scale-up bandwidth per GPU, one direction, bytes/s; default the GPU row's value."""
+    power_limit_w: float | None = None
+    """GPU power cap below the data-sheet TDP, watts; None runs at TDP."""
+
+    def __post_init__(self) -> None:
+        _fill_defaults(self)
+        _check_counts(self)
+        _check_domain(self)
+        _check_rates(self)
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes used: num_gpus / gpus_per_node, rounded up (a partial node counts as one)."""
+        return -(-self.num_gpus // self.gpus_per_node)  # type: ignore[operator]
+
+    @classmethod
+    def build(
+        cls,
+        gpu: str,
+        num_gpus: int,
+        gpus_per_node: int | None = None,
+        scale_up_domain: int | None = None,
+        inter_node_gbps_per_gpu: float | None = None,
+        gpu_power_limit_w: float | None = None,
+    ) -> Cluster:
+        """A Cluster from the run-record `hardware:` keys (catalog name, gigabits/s per GPU)."""
+        network = None
+        if inter_node_gbps_per_gpu is not None:
+            network = inter_node_gbps_per_gpu * 1e9 / BITS_PER_BYTE
+        return cls(
+            gpu=get_gpu(gpu),
+            num_gpus=num_gpus,
+            gpus_per_node=gpus_per_node,
+            scale_up_domain=scale_up_domain,
+            inter_node_bandwidth_bytes_per_s_per_gpu=network,
+            power_limit_w=gpu_power_limit_w,
+        )
+
+
+def _fill_defaults(c: Cluster) -> None:
+    """Resolve None fields from the GPU row (frozen dataclass: set through object.__setattr__)."""
+    gpu = c.gpu
+    gpn = _default(c.gpus_per_node, gpu.default_gpus_per_node)
+    defaults = {
+        "gpus_per_node": gpn,
+        "scale_up_domain": _default(c.scale_up_domain, gpu.default_scale_up_domain or gpn),
+        "inter_node_bandwidth_bytes_per_s_per_gpu": _default(
+            c.inter_node_bandwidth_bytes_per_s_per_gpu, gpu.nic_bandwidth_bytes_per_s_per_direction
+        ),
+        "scale_up_bandwidth_bytes_per_s_per_direction": _default(
+            c.scale_up_bandwidth_bytes_per_s_per_direction,
+            gpu.scale_up_bandwidth_bytes_per_s_per_direction,
+        ),
+    }
+    for name, value in defaults.items():
+        object.__setattr__(c, name, value)
+
+
+def _default(value: Any, default: Any) -> Any:
+    """`value` unless it is None."""
+    return default if value is None else value
+
+
+def _check_counts(c: Cluster) -> None:
+    """num_gpus and gpus_per_node are positive; full nodes once the job spans more than one."""
+    if not isinstance(c.num_gpus, int) or c.num_gpus < 1:
+        raise ConfigError(f"num_gpus must be a whole number of at least 1, got {c.num_gpus!r}")
+    gpn = c.gpus_per_node
+    if not isinstance(gpn, int) or gpn < 1:
+        raise ConfigError(f"gpus_per_node must be a whole number of at least 1, got {gpn!r}")
+    if c.num_gpus > gpn and c.num_gpus % gpn:
+        lower, upper = c.num_gpus // gpn * gpn, (c.num_gpus // gpn + 1) * gpn
+        raise ConfigError(
+            f"num_gpus {c.num_gpus} spans several nodes but is not a multiple of "
+            f"gpus_per_node {gpn}; use a multiple of {gpn} (e.g. {lower} or {upper}) "
+            f"or at most {gpn} GPUs"
+        )
+
+
+def _check_domain(c: Cluster) -> None:
+    """The scale-up domain either splits a node evenly or spans whole nodes."""
+    domain, gpn = c.scale_up_domain, c.gpus_per_node
+    assert isinstance(gpn, int)
+    if not isinstance(domain, int) or domain < 1:
+        raise ConfigError(f"scale_up_domain must be a whole number of at least 1, got {domain!r}")
+    if domain % gpn and gpn % domain:
+        divisors = [d for d in range(1, gpn + 1) if gpn % d == 0]
+        hint = ""
+        if domain == c.gpu.default_scale_up_domain:
+            hint = f" (it is the {c.gpu.name} default; pass scale_up_domain explicitly)"
+        raise ConfigError(
+            f"scale_up_domain {domain}{hint} must divide gpus_per_node {gpn} "
+            f"({', '.join(map(str, divisors))}) or be a multiple of it "
+            f"({gpn * 2}, {gpn * 3}, ...)"
+        )
+
+
+def _check_rates(c: Cluster) -> None:
+    """Bandwidths are positive; a power limit lies in (0, TDP]."""
+    for name in (
+        "inter_node_bandwidth_bytes_per_s_per_gpu",
+        "scale_up_bandwidth_bytes_per_s_per_direction",
+    ):
+        value = getattr(c, name)
+        if value is None or value <= 0:
+            raise ConfigError(f"{name} must be positive, got {value!r}")
+    limit, tdp = c.power_limit_w, c.gpu.tdp_w
+    if limit is not None and not 0 < limit <= tdp:
+        raise ConfigError(
+            f"gpu_power_limit_w {limit:g} is outside (0, {tdp:g}]: the {c.gpu.name} "
+            f"data-sheet TDP is {tdp:g} W"
+        )
