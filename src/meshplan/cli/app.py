@@ -14,9 +14,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from meshplan.cli import gpus, models
+    from meshplan.cli import cluster, gpus, models
 
-    for module in (models, gpus):
+    for module in (models, gpus, cluster):
         module.register(app)
 
 

@@ -46,6 +46,22 @@ class Cluster:
         """Nodes used: num_gpus / gpus_per_node, rounded up (a partial node counts as one)."""
         return -(-self.num_gpus // self.gpus_per_node)  # type: ignore[operator]
 
+    def to_dict(self) -> dict[str, Any]:
+        """The cluster in SI units with its aggregate capacities (the `cluster show --json` payload)."""
+        gpu = self.gpu
+        return {
+            "gpu": gpu.name,
+            "num_gpus": self.num_gpus,
+            "gpus_per_node": self.gpus_per_node,
+            "num_nodes": self.num_nodes,
+            "scale_up_domain": self.scale_up_domain,
+            "scale_up_bandwidth_bytes_per_s_per_direction": self.scale_up_bandwidth_bytes_per_s_per_direction,
+            "inter_node_bandwidth_bytes_per_s_per_gpu": self.inter_node_bandwidth_bytes_per_s_per_gpu,
+            "power_limit_w": self.power_limit_w,
+            "total_hbm_bytes": gpu.hbm_bytes * self.num_gpus,
+            "total_peak_flops_per_s": {d: v * self.num_gpus for d, v in gpu.peak_flops_per_s.items()},
+        }
+
     @classmethod
     def build(
         cls,
