@@ -1,0 +1,192 @@
+"""Per-GPU memory of a training plan, per pipeline stage, and whether it fits.
+
+Each stage's peak is the sum of its model states (`states`), the activations its schedule keeps
+alive (`schedules` x `activations`), the last stage's logits and loss buffers, communication
+buffers, a one-layer backward working set, allocator fragmentation and the CUDA context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from meshplan.hardware import Cluster
+from meshplan.model.spec import ModelSpec
+from meshplan.training import activations as act
+from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.schedules import in_flight_chunks
+from meshplan.training.states import SHARDED_STATES, StageParams, stage_params, state_bytes
+
+FRAGMENTATION = 0.05
+"""Allocator slack (reserved minus allocated) as a fraction of allocated bytes at the peak."""
+CUDA_CONTEXT_BYTES = 1.0 * 2**30
+"""CUDA context, NCCL communicators and library handles: outside the caching allocator."""
+WORKSPACE_BYTES = 0.25 * 2**30
+"""cuBLAS/cuDNN/Transformer Engine workspaces inside the allocator."""
+LOGIT_BYTES = {"megatron": 6.0, "hf": 6.0, "torchtitan": 4.0}
+"""Bytes per logit held until backward: the fp32 softmax the loss saves, plus the bf16 logits
+where the framework keeps them (torchtitan deletes them after the loss)."""
+LOGIT_TRANSIENT_BYTES = 8.0
+"""Extra bytes per logit at the loss peak: the fp32 gradient of the log-softmax and of its input
+while backward starts (the forward's fp32 upcast is of the same size and already freed)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageMemory:
+    """Peak bytes on one GPU of a pipeline stage, by kind."""
+
+    stage: int
+    num_layers: int
+    in_flight_microbatches: float
+    weights_bytes: float
+    gradients_bytes: float
+    master_weights_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    logits_bytes: float
+    buffers_bytes: float
+    workspace_bytes: float
+    fragmentation_bytes: float
+    cuda_context_bytes: float
+
+    @property
+    def other_bytes(self) -> float:
+        """Logits and loss, communication buffers, workspaces, fragmentation and CUDA context."""
+        return (self.logits_bytes + self.buffers_bytes + self.workspace_bytes
+                + self.fragmentation_bytes + self.cuda_context_bytes)
+
+    @property
+    def total_bytes(self) -> float:
+        """Everything on the GPU at the stage's peak."""
+        return (self.weights_bytes + self.gradients_bytes + self.master_weights_bytes
+                + self.optimizer_bytes + self.activations_bytes + self.other_bytes)
+
+    @property
+    def allocator_bytes(self) -> float:
+        """What PyTorch's caching allocator reserves at the peak (total minus CUDA context)."""
+        return self.total_bytes - self.cuda_context_bytes
+
+    def to_dict(self) -> dict:
+        """Plain dict with the derived totals."""
+        return {**asdict(self), "other_bytes": self.other_bytes, "total_bytes": self.total_bytes,
+                "allocator_bytes": self.allocator_bytes}
+
+
+def model_states(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> dict[str, float]:
+    """Weights, gradients, master weights and optimizer states per GPU for one stage."""
+    per_param = state_bytes(plan, model.hidden_size)
+    sharded = SHARDED_STATES[plan.dp_sharding]
+    out = {}
+    for name in ("weights", "gradients", "master", "optimizer"):
+        dense, expert = params.dense, params.expert
+        if name in sharded:
+            dense, expert = dense / plan.shard_group, expert / plan.expert_dp
+        out[name] = getattr(per_param, name) * (dense + expert)
+    if plan.offload_optimizer:
+        out["master"] = out["optimizer"] = 0.0
+    if plan.dp_sharding == "full" and plan.pp > 1 and act.profile_name(plan) == "torchtitan":
+        # torch.distributed.pipelining keeps FSDP units unsharded through the step (no
+        # re-gather per micro-batch) and skips gradient reduce-scatter until the last
+        # micro-batch, so unsharded bf16 weights and fp32 gradients accumulate on the stage.
+        unsharded = params.dense + params.expert
+        out["weights"] += 2.0 * unsharded
+        out["gradients"] += 4.0 * unsharded
+    return out
+
+
+def _stored_layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, recomputed: bool) -> float:
+    """What layer `index` keeps between its forward and backward for one micro-batch."""
+    if recomputed:
+        return 0.0 if plan.offload_activations else act.checkpoint_bytes(model, plan)
+    full = act.layer_activation_bytes(model.layers[index], model, plan,
+                                      selective=plan.recompute == "selective")
+    return 0.0 if plan.offload_activations else full
+
+
+def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[int, ...]) -> float:
+    """Stored activations of one model chunk for one micro-batch."""
+    full = plan.recompute == "full"
+    budget = len(chunk) if plan.recompute_num_layers is None else plan.recompute_num_layers
+    return sum(_stored_layer_bytes(model, plan, i, full and k < budget) for k, i in enumerate(chunk))
+
+
+def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[float, float]:
+    """(stored activation bytes at the stage's peak, in-flight micro-batches)."""
+    chunks = [c for k, c in enumerate(plan.chunk_layers) if k % plan.pp == stage]
+    alive = in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)
+    per_chunk = sum(chunk_activation_bytes(model, plan, c) for c in chunks) / len(chunks)
+    working = max(act.layer_activation_bytes(model.layers[i], model, plan)
+                  for c in chunks for i in c)  # backward of one layer: grads or recomputation
+    return per_chunk * alive + working, alive / plan.vpp
+
+
+def logits_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int, alive: float) -> float:
+    """The last stage's logits and loss buffers (vocabulary-parallel over tp)."""
+    if stage != plan.pp - 1:
+        return 0.0
+    tokens = plan.micro_batch_size * plan.seq_len / plan.cp
+    logits = tokens * model.vocab_size / plan.tp
+    held = LOGIT_BYTES[act.profile_name(plan)]
+    return logits * (held * max(alive, 1.0) + LOGIT_TRANSIENT_BYTES)
+
+
+def buffers_bytes(params: StageParams, plan: ResolvedPlan) -> float:
+    """Communication buffers: FSDP gathers (current + prefetched unit) and the reduce-scatter."""
+    if plan.dp_sharding == "full":
+        return params.largest_unit * (2 * 2.0 + 2.0 + 4.0)
+    if plan.dp_sharding == "none" and plan.framework not in ("megatron", "nemo"):
+        return 2 * 25 * 2**20  # PyTorch DDP's gradient buckets
+    return 0.0
+
+
+def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemory:
+    """The peak memory breakdown of one GPU of `stage`."""
+    params = stage_params(model, plan, stage)
+    states = model_states(params, model, plan)
+    acts, alive = stage_activations(model, plan, stage)
+    logits = logits_bytes(model, plan, stage, alive)
+    buffers = buffers_bytes(params, plan)
+    allocated = sum(states.values()) + acts + logits + buffers + WORKSPACE_BYTES
+    return StageMemory(
+        stage=stage, num_layers=len(plan.stage_layers(stage)), in_flight_microbatches=alive,
+        weights_bytes=states["weights"], gradients_bytes=states["gradients"],
+        master_weights_bytes=states["master"], optimizer_bytes=states["optimizer"],
+        activations_bytes=acts, logits_bytes=logits, buffers_bytes=buffers,
+        workspace_bytes=WORKSPACE_BYTES, fragmentation_bytes=FRAGMENTATION * allocated,
+        cuda_context_bytes=CUDA_CONTEXT_BYTES,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryEstimate:
+    """Memory of a plan on a cluster: every stage, the peak, and the verdict."""
+
+    plan: ResolvedPlan
+    stages: tuple[StageMemory, ...]
+    gpu_memory_bytes: float
+    activation_bytes_per_layer: float
+    """Bytes one decoder layer saves for one micro-batch on one GPU, before recompute."""
+
+    @property
+    def peak_stage(self) -> StageMemory:
+        """The stage with the largest total."""
+        return max(self.stages, key=lambda s: s.total_bytes)
+
+    @property
+    def peak_bytes(self) -> float:
+        """Largest per-GPU total over stages."""
+        return self.peak_stage.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        """True when every stage fits in the GPU's memory."""
+        return self.peak_bytes <= self.gpu_memory_bytes
+
+
+def estimate_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> MemoryEstimate:
+    """Per-stage peak memory of a resolved plan on `cluster`'s GPUs."""
+    stages = tuple(stage_memory(model, plan, s) for s in range(plan.pp))
+    first = model.layers[plan.chunk_layers[0][0]]
+    return MemoryEstimate(
+        plan=plan, stages=stages, gpu_memory_bytes=float(cluster.gpu.hbm_bytes),
+        activation_bytes_per_layer=act.layer_activation_bytes(first, model, plan),
+    )

@@ -1,0 +1,79 @@
+"""`TrainingPlan`: the decisions of a training run (parallel layout, batch, recompute, precision).
+
+A plan never holds a hardware number. Fields left as None are chosen by meshplan the way a
+competent engineer would (see `meshplan.training.defaults`) and reported as chosen.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Framework = Literal["megatron", "nemo", "torchtitan", "deepspeed", "fsdp", "llm-foundry",
+                    "maxtext", "hf", "other"]
+DPSharding = Literal["none", "optimizer", "gradients", "full"]
+Recompute = Literal["none", "selective", "full"]
+Precision = Literal["fp32", "fp16", "bf16", "fp8"]
+Optimizer = Literal["adamw", "adam", "sgd", "adafactor"]
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
+Attention = Literal["flash", "sdpa", "eager"]
+
+
+class TrainingPlan(BaseModel):
+    """How one training step is laid out over the GPUs of a cluster."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    tp: int = Field(1, ge=1)
+    """Tensor-parallel size (Megatron --tensor-model-parallel-size)."""
+    pp: int = Field(1, ge=1)
+    """Pipeline-parallel stages (Megatron --pipeline-model-parallel-size)."""
+    vpp: int | None = Field(None, ge=1)
+    """Model chunks per pipeline rank for the interleaved schedule (virtual stages); None: 1."""
+    dp: int | None = Field(None, ge=1)
+    """Data-parallel size; None: whatever the GPU count leaves after tp x cp x pp."""
+    cp: int = Field(1, ge=1)
+    """Context-parallel size: each sequence is split over cp GPUs (load-balanced causal split)."""
+    ep: int = Field(1, ge=1)
+    """Expert-parallel size: routed experts are divided over ep GPUs."""
+    etp: int | None = Field(None, ge=1)
+    """Tensor-parallel size inside each expert; None: tp (Megatron-Core's default)."""
+    sequence_parallel: bool | None = None
+    """Split norms, dropout and residual activations over the TP group; None: on when tp > 1."""
+    dp_sharding: DPSharding | None = None
+    """What data parallelism shards: none (DDP), optimizer (ZeRO-1), gradients (ZeRO-2), full
+    (ZeRO-3/FSDP); None: the framework's usual choice."""
+    dp_shard_size: int | None = Field(None, ge=1)
+    """Hybrid sharding: shard over groups of this many DP ranks and replicate across groups
+    (HSDP); None: shard over the whole DP (x CP) group."""
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Sequences per micro-batch per GPU; None: chosen by meshplan."""
+    global_batch_size: int | None = Field(None, ge=1)
+    """Sequences per optimizer step; None: one micro-batch per DP rank and pipeline stage."""
+    seq_len: int = Field(4096, ge=1)
+    """Tokens per sequence."""
+    recompute: Recompute = "none"
+    """Activation recomputation: none, selective (the framework's selective policy), full."""
+    recompute_num_layers: int | None = Field(None, ge=0)
+    """With full recompute: recompute only this many layers per pipeline chunk; None: all."""
+    offload_activations: bool = False
+    """Keep checkpointed layer inputs in CPU memory instead of on the GPU."""
+    offload_optimizer: bool = False
+    """Keep master weights and optimizer states in CPU memory (DeepSpeed/Megatron offload)."""
+    precision: Precision = "bf16"
+    """Compute precision of matmuls; fp8 keeps bf16 weights plus fp8 copies."""
+    optimizer: Optimizer = "adamw"
+    """Optimizer whose states are kept per parameter."""
+    schedule: Schedule | None = None
+    """Pipeline schedule; None: interleaved when vpp > 1, else 1f1b."""
+    pipeline_split: tuple[int, ...] | None = None
+    """Decoder layers per pipeline chunk (pp x vpp entries); None: an even split."""
+    rank_order: str = "tp-cp-ep-dp-pp"
+    """Order in which parallel dimensions are laid over ranks, innermost first (Megatron's)."""
+    framework: Framework = "megatron"
+    """Training framework; selects the activation kernel profile and defaults."""
+    attention: Attention | None = None
+    """Attention kernel: flash (fused, Megatron/TE), sdpa, or eager; None: the framework's."""
+    capacity_factor: float | None = Field(None, gt=0)
+    """MoE token dropping: each expert takes at most this multiple of its fair share."""

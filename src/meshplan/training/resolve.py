@@ -1,0 +1,224 @@
+"""Check a TrainingPlan against a model and a cluster, and fill what the user left open.
+
+Every impossible combination raises a PlanError that prints every factor involved and the
+nearest valid values; every value meshplan chose is recorded in `ResolvedPlan.chosen`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from meshplan.errors import ConfigError
+from meshplan.hardware import Cluster
+from meshplan.model.spec import ModelSpec
+from meshplan.training.plan import TrainingPlan
+
+DEFAULT_SHARDING = {"megatron": "optimizer", "nemo": "optimizer", "deepspeed": "optimizer",
+                    "torchtitan": "full", "fsdp": "full", "llm-foundry": "full", "maxtext": "full"}
+DEFAULT_ATTENTION = {"megatron": "flash", "nemo": "flash", "hf": "sdpa"}
+
+
+class PlanError(ConfigError):
+    """A plan that cannot run on the given model and cluster."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvedPlan:
+    """A TrainingPlan with every field concrete and checked."""
+
+    tp: int
+    pp: int
+    vpp: int
+    dp: int
+    cp: int
+    ep: int
+    etp: int
+    expert_dp: int
+    """Data-parallel replicas of each expert: tp x cp x dp / (ep x etp)."""
+    sequence_parallel: bool
+    dp_sharding: str
+    shard_group: int
+    """Ranks one sharded state is divided over (dp x cp, or the hybrid shard size)."""
+    micro_batch_size: int
+    global_batch_size: int
+    num_microbatches: int
+    seq_len: int
+    recompute: str
+    recompute_num_layers: int | None
+    offload_activations: bool
+    offload_optimizer: bool
+    precision: str
+    optimizer: str
+    schedule: str
+    chunk_layers: tuple[tuple[int, ...], ...]
+    """Decoder-layer indices of each pipeline chunk; chunk c runs on stage c % pp."""
+    framework: str
+    attention: str
+    capacity_factor: float | None
+    chosen: dict[str, str] = field(default_factory=dict)
+    """Fields meshplan filled in, with the reason."""
+    warnings: tuple[str, ...] = ()
+    """Things the user should know that do not stop the estimate."""
+
+    def stage_layers(self, stage: int) -> list[int]:
+        """Decoder layers held by pipeline stage `stage` (all its chunks)."""
+        return [i for c, chunk in enumerate(self.chunk_layers) if c % self.pp == stage for i in chunk]
+
+
+def _nearest_divisors(n: int, near: int) -> str:
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    below = [d for d in divs if d <= near]
+    above = [d for d in divs if d >= near]
+    picks = sorted({*(below[-1:]), *(above[:1])})
+    return " or ".join(str(d) for d in picks)
+
+
+def _resolve_dp(plan: TrainingPlan, world: int) -> int:
+    fixed = plan.tp * plan.cp * plan.pp
+    factors = f"tp={plan.tp} x cp={plan.cp} x pp={plan.pp}"
+    if plan.dp is None:
+        if world % fixed:
+            raise PlanError(
+                f"{factors} = {fixed} does not divide num_gpus={world}; the product of the "
+                f"parallel sizes must divide the GPU count (divisors near {fixed}: "
+                f"{_nearest_divisors(world, fixed)})")
+        return world // fixed
+    if fixed * plan.dp != world:
+        hint = f"; with {factors} use dp={world // fixed}" if world % fixed == 0 else ""
+        raise PlanError(f"{factors} x dp={plan.dp} = {fixed * plan.dp} but num_gpus={world}{hint}")
+    return plan.dp
+
+
+def _check_heads(plan: TrainingPlan, model: ModelSpec) -> None:
+    attn = model.layers[0].attention
+    kv = attn.num_heads if attn.mla else attn.num_kv_heads
+    for what, n in (("num_attention_heads", attn.num_heads), ("num_key_value_heads", kv)):
+        if n % plan.tp:
+            raise PlanError(f"tp={plan.tp} does not divide {what}={n} of {model.name}; "
+                            f"valid tp: {_nearest_divisors(n, plan.tp)} (divisors of {n})")
+
+
+def _resolve_experts(plan: TrainingPlan, model: ModelSpec, dp: int) -> tuple[int, int]:
+    """(etp, expert_dp) after checking EP against the model and the layout."""
+    etp = plan.etp or plan.tp
+    if not model.is_moe:
+        if plan.ep > 1 or (plan.etp and plan.etp != plan.tp):
+            raise PlanError(f"ep={plan.ep}, etp={plan.etp} need a mixture-of-experts model; "
+                            f"{model.name} is dense (use ep=1)")
+        return plan.tp, dp * plan.cp
+    experts = next(l.mlp.num_experts for l in model.layers if hasattr(l.mlp, "num_experts"))
+    if experts % plan.ep:
+        raise PlanError(f"ep={plan.ep} does not divide the {experts} routed experts of "
+                        f"{model.name}; valid ep: {_nearest_divisors(experts, plan.ep)}")
+    dense_ranks = plan.tp * plan.cp * dp
+    if dense_ranks % (plan.ep * etp):
+        raise PlanError(
+            f"ep={plan.ep} x etp={etp} = {plan.ep * etp} must divide tp={plan.tp} x cp={plan.cp} "
+            f"x dp={dp} = {dense_ranks} (the ranks of one pipeline stage)")
+    return etp, dense_ranks // (plan.ep * etp)
+
+
+def balanced_split(num_layers: int, chunks: int) -> tuple[int, ...]:
+    """Layers per chunk as even as possible; extra layers go to the middle chunks, away from the
+    first and last, which also carry the embedding and the LM head."""
+    base, extra = divmod(num_layers, chunks)
+    order = sorted(range(chunks), key=lambda c: (abs(c - (chunks - 1) / 2), c))
+    bonus = set(order[:extra])
+    return tuple(base + (c in bonus) for c in range(chunks))
+
+
+def _chunks(plan: TrainingPlan, model: ModelSpec, vpp: int) -> tuple[tuple[int, ...], ...]:
+    n, chunks = model.num_layers, plan.pp * vpp
+    sizes = plan.pipeline_split
+    if sizes is None:
+        if n % chunks:
+            raise PlanError(
+                f"pp={plan.pp} x vpp={vpp} = {chunks} pipeline chunks do not divide the {n} layers "
+                f"of {model.name}; use a chunk count dividing {n} "
+                f"({_nearest_divisors(n, chunks)}) or give pipeline_split, e.g. "
+                f"{','.join(map(str, balanced_split(n, chunks)))}")
+        sizes = (n // chunks,) * chunks
+    if len(sizes) != chunks or sum(sizes) != n or min(sizes) < 1:
+        raise PlanError(f"pipeline_split {list(sizes)} must have pp x vpp = {chunks} positive "
+                        f"entries summing to the {n} layers of {model.name}")
+    starts = [sum(sizes[:c]) for c in range(chunks)]
+    return tuple(tuple(range(s, s + k)) for s, k in zip(starts, sizes))
+
+
+def _resolve_batch(plan: TrainingPlan, dp: int, chosen: dict[str, str]) -> tuple[int, int, int]:
+    """(micro_batch_size, global_batch_size, num_microbatches)."""
+    mbs = plan.micro_batch_size
+    if mbs is None:
+        mbs = 1
+        chosen["micro_batch_size"] = "1 (the smallest; the step-time model picks the fastest)"
+    gbs = plan.global_batch_size
+    if gbs is None:
+        gbs = mbs * dp * plan.pp
+        chosen["global_batch_size"] = f"{gbs} (one micro-batch per DP rank per pipeline stage)"
+    per_step = mbs * dp
+    if gbs % per_step:
+        lower = max(per_step, gbs // per_step * per_step)
+        raise PlanError(
+            f"global_batch_size={gbs} is not a multiple of micro_batch_size={mbs} x dp={dp} = "
+            f"{per_step}; use {lower} or {lower + per_step}, or another micro-batch size")
+    return mbs, gbs, gbs // per_step
+
+
+def _check_sequence(plan: TrainingPlan, model: ModelSpec, sp: bool) -> list[str]:
+    """Sequence-length checks; returns warnings."""
+    s = plan.seq_len
+    if plan.cp > 1 and s % (2 * plan.cp):
+        raise PlanError(f"seq_len={s} must be a multiple of 2 x cp = {2 * plan.cp} for the "
+                        f"load-balanced context-parallel split")
+    if sp and s % plan.tp:
+        raise PlanError(f"seq_len={s} must be a multiple of tp={plan.tp} with sequence parallelism")
+    limit = model.max_position_embeddings
+    if limit and s > limit:
+        return [f"seq_len={s} exceeds {model.name}'s max_position_embeddings={limit}"]
+    return []
+
+
+def _resolve_schedule(plan: TrainingPlan, vpp: int, m: int) -> str:
+    schedule = plan.schedule or ("interleaved" if vpp > 1 else "1f1b")
+    if schedule == "interleaved":
+        if plan.pp == 1 or vpp == 1:
+            raise PlanError(f"the interleaved schedule needs pp > 1 and vpp > 1 "
+                            f"(got pp={plan.pp}, vpp={vpp})")
+        if m % plan.pp:
+            raise PlanError(f"the interleaved schedule needs the {m} micro-batches per step to be "
+                            f"a multiple of pp={plan.pp}; change global_batch_size")
+    elif vpp > 1:
+        raise PlanError(f"vpp={vpp} needs the interleaved schedule, not {schedule!r}")
+    return schedule
+
+
+def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> ResolvedPlan:
+    """Check `plan` against `model` and `cluster` and fill every open field."""
+    chosen: dict[str, str] = {}
+    dp = _resolve_dp(plan, cluster.num_gpus)
+    _check_heads(plan, model)
+    etp, expert_dp = _resolve_experts(plan, model, dp)
+    vpp = plan.vpp or 1
+    sp = plan.sequence_parallel if plan.sequence_parallel is not None else plan.tp > 1
+    if sp and plan.tp == 1:
+        sp = False
+    warnings = _check_sequence(plan, model, sp)
+    mbs, gbs, m = _resolve_batch(plan, dp, chosen)
+    sharding = plan.dp_sharding or DEFAULT_SHARDING.get(plan.framework, "none")
+    if plan.dp_sharding is None:
+        chosen["dp_sharding"] = f"{sharding} ({plan.framework}'s usual choice)"
+    shard_group = plan.dp_shard_size or dp * plan.cp
+    if (dp * plan.cp) % shard_group:
+        raise PlanError(f"dp_shard_size={shard_group} must divide dp={dp} x cp={plan.cp}")
+    return ResolvedPlan(
+        tp=plan.tp, pp=plan.pp, vpp=vpp, dp=dp, cp=plan.cp, ep=plan.ep, etp=etp,
+        expert_dp=expert_dp, sequence_parallel=sp, dp_sharding=sharding, shard_group=shard_group,
+        micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=m, seq_len=plan.seq_len,
+        recompute=plan.recompute, recompute_num_layers=plan.recompute_num_layers,
+        offload_activations=plan.offload_activations, offload_optimizer=plan.offload_optimizer,
+        precision=plan.precision, optimizer=plan.optimizer,
+        schedule=_resolve_schedule(plan, vpp, m), chunk_layers=_chunks(plan, model, vpp),
+        framework=plan.framework,
+        attention=plan.attention or DEFAULT_ATTENTION.get(plan.framework, "sdpa"),
+        capacity_factor=plan.capacity_factor, chosen=chosen, warnings=tuple(warnings),
+    )

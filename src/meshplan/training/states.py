@@ -1,0 +1,91 @@
+"""Model states per GPU: weights, gradients, master weights and optimizer states per stage.
+
+Parameters are split by kind: tensor-parallel matrices (attention, dense MLP, shared experts,
+vocabulary-parallel embedding and LM head) divide by tp; norms and routers are replicated;
+routed experts divide by ep x etp. Sharded states then divide by the data-parallel shard group
+(dense) or the expert data-parallel group (experts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.model import counts
+from meshplan.model.spec import ModelSpec
+from meshplan.training.resolve import ResolvedPlan
+
+SHARDED_STATES = {
+    "none": (),
+    "optimizer": ("master", "optimizer"),
+    "gradients": ("master", "optimizer", "gradients"),
+    "full": ("master", "optimizer", "gradients", "weights"),
+}
+"""Which states each dp_sharding level divides over the shard group."""
+
+OPTIMIZER_BYTES = {"adamw": 8.0, "adam": 8.0, "sgd": 4.0}
+"""fp32 state bytes per parameter: Adam's two moments, SGD's momentum."""
+
+
+@dataclass(frozen=True, slots=True)
+class StateBytes:
+    """Bytes per parameter of each model state, before sharding."""
+
+    weights: float
+    gradients: float
+    master: float
+    optimizer: float
+
+
+def state_bytes(plan: ResolvedPlan, hidden: int) -> StateBytes:
+    """Per-parameter bytes by framework family and precision.
+
+    Megatron-LM: bf16 weights, fp32 main gradients (it forces fp32 gradient accumulation for
+    bf16), fp32 master copy. NeMo 2 and DeepSpeed: bf16 weights and gradients (NeMo's
+    grad_reduce_in_fp32 is off in its recipes), fp32 master. PyTorch-native (torchtitan, FSDP, HF,
+    llm-foundry): fp32 parameters are the master copy, bf16 compute copies are transient, fp32
+    gradients. fp32 training has no separate master copy.
+    """
+    opt = OPTIMIZER_BYTES.get(plan.optimizer, 8.0 / hidden)  # adafactor: factored rows + columns
+    if plan.precision == "fp32":
+        return StateBytes(4.0, 4.0, 0.0, opt)
+    if plan.framework == "megatron":
+        return StateBytes(2.0, 4.0, 4.0, opt)
+    if plan.framework in ("nemo", "deepspeed"):
+        return StateBytes(2.0, 2.0, 4.0, opt)
+    return StateBytes(0.0, 4.0, 4.0, opt)
+
+
+@dataclass(frozen=True, slots=True)
+class StageParams:
+    """Parameters held by one GPU of a pipeline stage, by how they are split."""
+
+    dense: float
+    """Tensor-parallel and replicated parameters (per GPU, after the tp split)."""
+    expert: float
+    """Routed-expert parameters (per GPU, after the ep x etp split)."""
+    largest_unit: float
+    """The largest FSDP unit per GPU (a layer, the embedding or the LM head), unsharded."""
+
+
+def _layer_split(model: ModelSpec, i: int, plan: ResolvedPlan) -> tuple[float, float]:
+    """(dense, expert) parameters of layer i per GPU."""
+    lp = counts.layer_params(model.layers[i], model)
+    dense = (lp.attention + lp.mlp + lp.shared_experts) / plan.tp + lp.router + lp.norms
+    return dense, lp.routed_experts / (plan.ep * plan.etp)
+
+
+def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
+    """Parameters per GPU on pipeline stage `stage`, including embedding and LM head."""
+    dense = expert = unit = 0.0
+    for i in plan.stage_layers(stage):
+        d, e = _layer_split(model, i, plan)
+        dense, expert, unit = dense + d, expert + e, max(unit, d + e)
+    vocab = model.vocab_size * model.hidden_size / plan.tp
+    if stage == 0:
+        positions = model.learned_position_embeddings * model.hidden_size
+        dense, unit = dense + vocab + positions, max(unit, vocab + positions)
+    if stage == plan.pp - 1:
+        dense += counts.final_norm_params(model)
+        if not model.tie_word_embeddings or plan.pp > 1:  # a tied head is a copy off stage 0
+            dense, unit = dense + vocab, max(unit, vocab)
+    return StageParams(dense, expert, unit)

@@ -1,0 +1,1 @@
+"""Validation against measured run records (../shared/run-records/SCHEMA.md)."""

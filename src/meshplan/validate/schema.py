@@ -1,0 +1,149 @@
+"""The run-record format of ../shared/run-records/SCHEMA.md as strict pydantic models.
+
+Unknown keys are errors (typo safety) except inside `source` and `notes`; `model` is a catalog
+name or a free-form Hugging Face config mapping.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+STRICT = ConfigDict(frozen=True, extra="forbid")
+
+
+class Hardware(BaseModel):
+    """What the run ran on."""
+
+    model_config = STRICT
+    gpu: str
+    num_gpus: int = Field(ge=1)
+    gpus_per_node: int | None = Field(None, ge=1)
+    scale_up_domain: int | None = Field(None, ge=1)
+    inter_node_gbps_per_gpu: float | None = Field(None, gt=0)
+    gpu_power_limit_w: float | None = Field(None, gt=0)
+
+
+class Training(BaseModel):
+    """The `training:` section."""
+
+    model_config = STRICT
+    framework: Literal["megatron", "nemo", "torchtitan", "deepspeed", "fsdp", "llm-foundry",
+                       "maxtext", "other"]
+    seq_length: int = Field(ge=1)
+    global_batch_size: int | None = Field(None, ge=1)
+    micro_batch_size: int | None = Field(None, ge=1)
+    tp: int | None = Field(None, ge=1)
+    pp: int | None = Field(None, ge=1)
+    vpp: int | None = Field(None, ge=1)
+    dp: int | None = Field(None, ge=1)
+    cp: int | None = Field(None, ge=1)
+    ep: int | None = Field(None, ge=1)
+    etp: int | None = Field(None, ge=1)
+    sequence_parallel: bool | None = None
+    dp_sharding: Literal["none", "optimizer", "gradients", "full"] | None = None
+    recompute: Literal["none", "selective", "full"] | None = None
+    precision: Literal["fp32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4"] | None = None
+    moe_token_dispatch: Literal["dropless", "capacity", "forced_balance"] | None = None
+
+
+class Workload(BaseModel):
+    """A serving benchmark's traffic."""
+
+    model_config = STRICT
+    mode: Literal["offline", "poisson", "gamma", "concurrency"]
+    input_len: int | None = Field(None, ge=1)
+    output_len: int | None = Field(None, ge=1)
+    dataset: Literal["sharegpt", "random"] | None = None
+    range_ratio: float | None = Field(None, ge=0, le=1)
+    num_requests: int | None = Field(None, ge=1)
+    request_rate: float | None = Field(None, gt=0)
+    concurrency: int | None = Field(None, ge=1)
+    burstiness: float | None = Field(None, gt=0)
+
+
+class Disaggregated(BaseModel):
+    """Prefill/decode disaggregation of a serving deployment."""
+
+    model_config = STRICT
+    prefill_gpus: int = Field(ge=1)
+    decode_gpus: int = Field(ge=1)
+    prefill_tp: int = Field(ge=1)
+    decode_tp: int = Field(ge=1)
+
+
+class Slo(BaseModel):
+    """Latency targets the measured rate met."""
+
+    model_config = STRICT
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    percentile: float | None = Field(None, gt=0, le=100)
+
+
+DType = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+
+
+class Serving(BaseModel):
+    """The `serving:` section."""
+
+    model_config = STRICT
+    engine: Literal["vllm", "sglang", "tensorrt-llm", "other"]
+    engine_version: str | None = None
+    tp: int | None = Field(None, ge=1)
+    pp: int | None = Field(None, ge=1)
+    ep: int | None = Field(None, ge=1)
+    dp: int | None = Field(None, ge=1)
+    replicas: int | None = Field(None, ge=1)
+    weights_dtype: DType | None = None
+    activations_dtype: DType | None = None
+    kv_cache_dtype: DType | None = None
+    disaggregated: Disaggregated | None = None
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    chunked_prefill: bool | None = None
+    prefix_caching: bool | None = None
+    speculative: Any = None
+    workload: Workload
+    slo: Slo | None = None
+
+
+class Measured(BaseModel):
+    """Measured outcomes; at least one key set."""
+
+    model_config = STRICT
+    tokens_per_s_per_gpu: float | None = Field(None, gt=0)
+    step_time_s: float | None = Field(None, gt=0)
+    peak_memory_gib: float | None = Field(None, gt=0)
+    oom: bool | None = None
+    tflops_per_gpu_reported: float | None = None
+    mfu_pct_reported: float | None = None
+    flops_formula: str | None = None
+    output_tokens_per_s: float | None = Field(None, gt=0)
+    total_tokens_per_s: float | None = Field(None, gt=0)
+    requests_per_s: float | None = Field(None, gt=0)
+    ttft_ms_mean: float | None = Field(None, gt=0)
+    ttft_ms_p50: float | None = Field(None, gt=0)
+    ttft_ms_p99: float | None = Field(None, gt=0)
+    tpot_ms_mean: float | None = Field(None, gt=0)
+    tpot_ms_p50: float | None = Field(None, gt=0)
+    tpot_ms_p99: float | None = Field(None, gt=0)
+    itl_ms_p50: float | None = Field(None, gt=0)
+    e2e_ms_mean: float | None = Field(None, gt=0)
+    max_request_rate_under_slo: float | None = Field(None, gt=0)
+
+
+class Record(BaseModel):
+    """One measured training run or serving benchmark."""
+
+    model_config = STRICT
+    id: str
+    kind: Literal["training", "serving"]
+    source: dict[str, Any]
+    model: str | dict[str, Any]
+    hardware: Hardware
+    training: Training | None = None
+    serving: Serving | None = None
+    measured: Measured
+    notes: Any = None

@@ -1,0 +1,47 @@
+"""Turn a training run record into the (model, cluster, plan) meshplan predicts from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.hardware import Cluster
+from meshplan.model import load_model
+from meshplan.model.spec import ModelSpec
+from meshplan.training.plan import TrainingPlan
+from meshplan.training.resolve import balanced_split
+from meshplan.validate.schema import Record
+
+PRECISIONS = {"mxfp8": "fp8", "nvfp4": "fp8"}
+"""Block-scaled formats the cost model treats as fp8 for now."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingCase:
+    """Everything meshplan needs to predict one training record."""
+
+    record: Record
+    model: ModelSpec
+    cluster: Cluster
+    plan: TrainingPlan
+
+
+def training_case(record: Record) -> TrainingCase:
+    """The model, cluster and plan a training record describes (unpublished fields left open;
+    a pipeline that does not divide the layers gets the balanced split frameworks use)."""
+    t = record.training
+    assert t is not None
+    model = record.model
+    name = model.get("name") if isinstance(model, dict) else model
+    spec = load_model(model, name=name)
+    cluster = Cluster.build(**record.hardware.model_dump())
+    chunks = (t.pp or 1) * (t.vpp or 1)
+    split = None if spec.num_layers % chunks == 0 else balanced_split(spec.num_layers, chunks)
+    plan = TrainingPlan(
+        tp=t.tp or 1, pp=t.pp or 1, vpp=t.vpp, dp=t.dp, cp=t.cp or 1, ep=t.ep or 1, etp=t.etp,
+        sequence_parallel=t.sequence_parallel, dp_sharding=t.dp_sharding,
+        micro_batch_size=t.micro_batch_size, global_batch_size=t.global_batch_size,
+        seq_len=t.seq_length, recompute=t.recompute or "none",
+        precision=PRECISIONS.get(t.precision or "bf16", t.precision or "bf16"),
+        pipeline_split=split, framework=t.framework, capacity_factor=1.0 if t.moe_token_dispatch == "capacity" else None,
+    )
+    return TrainingCase(record, spec, cluster, plan)
