@@ -1,6 +1,145 @@
-"""PyTorch / transformers ground truth for ACTIVATION memory (bytes saved for backward).
+"""PyTorch / transformers ground truth for ACTIVATION memory: bytes saved for backward.
 
-(docstring with the measured formulas is filled in below)
+:func:`measure_saved_bytes` builds the causal LM of an HF config dict on CPU with
+real (small, randomly initialised) weights in ``dtype`` (bf16 by default),
+training mode, every dropout probability 0, router jitter 0, no auxiliary
+router loss, ``use_cache=False``; runs ONE forward of random ``input_ids`` of
+shape ``(b, s)`` with ``labels=input_ids`` (so the loss is computed exactly as
+in training) inside ``torch.autograd.graph.saved_tensors_hooks`` and reports
+what autograd keeps for the backward pass.
+
+Counting rules
+--------------
+* One count per STORAGE (``untyped_storage().data_ptr()``): a tensor saved by
+  several ops (the norm output saved by q/k/v projections, ``x`` saved by
+  ``pow`` and ``mul``), or several views of one storage, count once, with the
+  size of the whole storage.  A small view pins its whole storage: e.g. gpt_neox
+  at b=1 saves ``v`` as a view of the fused qkv output and so keeps 3x its size
+  alive; ``SavedItem.is_view`` / ``tensor_bytes`` show it.
+* Parameters and buffers are excluded by storage (a saved ``W.t()`` or an
+  expert slice ``W[e]`` is a view of a parameter storage and is excluded; a
+  COPY derived from a parameter, e.g. deepseek's ``router.weight.float()`` or
+  gemma's ``1 + weight``, is an activation and is counted).  Excluded storages
+  are listed in ``SavedReport.excluded``.
+* Only tensors held by autograd nodes reachable from the loss count (found by
+  walking ``loss.grad_fn`` and unpacking every ``_saved_*`` attribute); saved
+  tensors of dead branches (deepseek's group-limited routing scores) are freed
+  during the forward and reported as ``unreachable_bytes`` only.  Every saved
+  tensor is kept referenced while measuring, so a freed address is never reused
+  and the storage de-duplication is exact.
+* Attribution: to the module running when the storage is FIRST saved (module
+  stack from forward pre/post hooks; innermost module, and the decoder layer
+  ``layers[i]`` if inside one).  Hence a tensor produced in one place and
+  saved in another belongs to its first SAVER: the layer input (= previous
+  layer's output, or the embedding output for layer 0) belongs to the layer
+  whose first norm saves it (LayerNorm saves its bf16 input; RMSNorm saves its
+  fp32 copy, the bf16 input itself is not saved at all), the last layer's
+  output to ``final_norm``, the final-norm output to ``lm_head``.  So layer 0
+  costs the same as any other layer (the embedding output is saved by layer 0
+  exactly as layer i-1's output is saved by layer i).
+* Exception, region ``"shared"``: a storage produced OUTSIDE the decoder layers
+  and saved by two or more layers (the rotary ``cos`` / ``sin``, shape
+  ``(1, s, rotary_dim)``, computed once per forward and saved by the ``q*cos``,
+  ``k*cos`` ... of every layer).  It is not charged to layer 0, so per-layer
+  numbers are comparable across layers.
+* Outside regions: ``embedding`` (token / position ids), ``rotary``,
+  ``model`` (other ops of the base model), ``shared``, ``final_norm``,
+  ``lm_head`` (its input), ``loss`` (ops run by the CausalLM after lm_head).
+  The returned bf16 logits (alive in the output, not saved) are reported as
+  ``logits_bytes``.
+* Producer ops come from a ``TorchDispatchMode`` (the aten op that allocated the
+  storage; view / in-place / ``_unsafe_view`` results keep their producer);
+  saver ops are the autograd node names.  ``SavedItem.op`` = ``"producer -> savers"``.
+
+Measured formulas (torch 2.13 CPU, transformers 5.23, bf16, exact to the byte)
+------------------------------------------------------------------------------
+Symbols: b batch, s seq, T = b*s, h hidden, a heads, k kv heads, d head dim,
+i intermediate, V vocab, E experts, K top-k, P = T*K (token, expert) pairs,
+I expert width, Is shared-expert width.  All in BYTES.
+
+Building blocks (per occurrence):
+
+* RMSNorm (llama style, ``x.to(fp32)``, ``w * x.to(bf16)``) over width w:
+  ``6*T*w + 4*T`` = fp32 copy of the input ``4Tw`` (saved by pow and mul) +
+  fp32 rsqrt ``4T`` + bf16 normalised x ``2Tw`` (saved for the weight grad).
+  Its OUTPUT ``2Tw`` is saved by the next projection(s) (one storage for q/k/v,
+  for gate/up, for router + experts + shared experts).
+* nn.LayerNorm (gpt2, gpt_neox): input ``2Th`` + mean + rstd ``4T`` (bf16 on
+  CPU; on CUDA they are fp32: ``8T``).  Output ``2Th`` saved by the consumer.
+* Gemma RMSNorm (all fp32, ``x * (1 + w)``): ``8Th + 4T + 4h``.
+* SwiGLU / GeGLU MLP (input counted with the norm): ``8Ti`` (gate out, up out,
+  act out, product).
+* Eager attention, llama style (softmax in fp32 then ``.to(bf16)``):
+  ``8Tad + 6bas^2`` = q ``2Tad`` + repeat_kv'ed k ``2Tad`` + v ``2Tad`` (GQA
+  copies have a heads, never k heads) + softmax fp32 ``4bas^2`` + bf16 probs
+  ``2bas^2`` + o_proj input ``2Tad``.  The additive causal mask is not saved.
+* SDPA attention (CPU ``_scaled_dot_product_flash_attention_for_cpu``; no mask
+  so ``enable_gqa=True``, k and v NOT repeated): ``4Tad + 4Tkd + 4Ta`` =
+  q ``2Tad`` + k ``2Tkd`` + v ``2Tkd`` + output ``2Tad`` (also the o_proj
+  input, same storage) + logsumexp fp32 ``4Ta``.  (With a padding mask
+  transformers repeat_kv's k, v: ``2Tad`` each.)
+
+Per decoder layer:
+
+* llama / mistral / qwen2 (biases change nothing):
+  ``16Th + 8T + 8Ti + ATTN``  with ATTN = ``8Tad + 6bas^2`` (eager) or
+  ``4Tad + 4Tkd + 4Ta`` (sdpa).
+* qwen3: llama + q_norm ``6Tad + 4Ta`` + k_norm ``6Tkd + 4Tk`` (per-head
+  RMSNorm; q_proj / k_proj outputs themselves are not saved).
+* gemma2 (eager only: transformers refuses sdpa): 4 gemma norms, 2 pre-norm
+  outputs, logit soft-capping saves ``tanh`` (bf16 ``2bas^2``):
+  ``36Th + 16T + 16h + 8Tad + 8bas^2 + 8Ti``.
+* gpt2 (a*d = h, i = n_inner or 4h, gelu_new is 4 saved tensors of Ti, c_proj
+  input Ti; softmax stays bf16 and is saved once):
+  eager ``16Th + 8T + 2bas^2 + 10Ti``; sdpa ``16Th + 8T + 4Ta + 10Ti``
+  (sdpa: q/k/v are views pinning the fused c_attn output ``6Th``).
+* gpt_neox (parallel residual: x saved once for both norms; exact gelu):
+  eager ``14Th + 8T + 6bas^2 + 4Ti``, PLUS ``4Th`` when b == 1 (v stays a view
+  of the fused qkv output ``6Th`` instead of a ``2Th`` copy);
+  sdpa ``20Th + 8T + 4Ta + 4Ti`` (v always pins the fused qkv output).
+* mixtral (experts_implementation="eager"): ``16Th + 8T + ATTN + T(4E + 12K + 4)
+  + P(20 + 6h + 8I)``; router: softmax fp32 ``4TE``, topk indices ``8TK``,
+  renormalisation sum ``4T`` + clone of the top values ``4TK`` (in-place div);
+  per (token, expert) pair: ``torch.where`` indices 16, fp32 routing weight 4,
+  gathered x ``2h``, gate_up out ``4I``, act out ``2I``, product ``2I``, down
+  out ``2h``, bf16 copy saved by ``index_add_`` ``2h``.
+* qwen2_moe MoE layer: ``16Th + 8T + ATTN + 8T*Is + 2T + 2Th + T(4E + 8K)
+  [+ T(4 + 4K) if norm_topk_prob] + P(18 + 6h + 8I)`` (shared expert MLP,
+  sigmoid gate output ``2T``, shared-expert output ``2Th`` saved by the gating
+  mul; routing weights are bf16 so 2 bytes per pair and no fp32 product).
+  Dense (mlp_only_layers) layers: the llama formula.
+* deepseek_v3 (MLA with q_lora_rank rq, kv_lora_rank rkv, dq = nope + rope,
+  dv; dense layer): ``16Th + 16T + 8T(rq + rkv) + 4Ta(dq + dv) + 6bas^2 + 8Ti``
+  (eager; +``2Ta*d_nope`` when b == 1: v pins kv_b_proj's output).  MoE layer:
+  replace ``2Th + 8Ti`` (post-norm output + MLP) by ``2Th + 8T*Is + 4Th + 4Eh +
+  4TE + 8TK [+ 4T + 4TK if norm_topk_prob] + P(20 + 6h + 8I)`` (router runs in
+  fp32: fp32 copy of x ``4Th`` and of its weight ``4Eh``, sigmoid ``4TE``).
+  sdpa: dq != dv so CPU SDPA falls back to the MATH kernel, which upcasts to
+  fp32: replace ``4Ta(dq + dv) + 6bas^2`` by ``8Ta*dq + 6Ta*dv + 4bas^2``.
+
+MoE experts implementation: "eager" (default here; per-expert loop over the
+routed tokens, exact and routing-independent in total) vs "grouped_mm" (the
+transformers 5 default, also runs on CPU): per pair ``24 + w + 4h + 8I`` plus
+``4E`` (offsets), w = routing-weight bytes (4 mixtral / deepseek, 2 qwen2_moe):
+no index_add_ copy but sort / inverse-permutation indices.  "batched_mm" GATHERS
+the expert weights per pair and saves them: ``P(4 + 4h + 8I + 6Ih)``, an
+artifact (memory x weight size), unusable as ground truth.
+
+Outside the layers:
+
+* embedding: input ids int64 ``8T`` (gpt2 also position ids ``8s``).
+* shared: rotary cos + sin, bf16, batch-independent: ``4*s*r`` (r = rotary
+  dim: d, gpt_neox ``d*rotary_pct``, deepseek ``qk_rope_head_dim``; gpt2 0).
+* final_norm: its norm formula; lm_head: its input ``2Th``.
+* loss: log_softmax output fp32 ``4TV`` (the ``logits.float()`` upcast is
+  NOT saved, but is alive during the loss) + shifted labels int64 ``8T``
+  (``8b(s+1)`` at b == 1: the contiguous slice is a view of the padded labels)
+  + total_weight fp32 4; gemma2 also the final soft-cap tanh ``2TV``.
+  The returned logits are bf16 (``logits_bytes = 2TV``), not saved.
+
+The module imports torch and transformers at import time: test modules must
+``pytest.importorskip("torch")`` and ``pytest.importorskip("transformers")``
+before importing it.
 """
 
 from __future__ import annotations
@@ -306,10 +445,8 @@ class _Harness:
                 attrs = ["saved_tensors"]
             for a in attrs:
                 _Harness._current_unpack.clear()
-                try:
+                with contextlib.suppress(Exception):  # a failing unpack still reported its handles
                     getattr(node, a)
-                except Exception:  # noqa: BLE001 - e.g. freed buffers
-                    continue
                 for handle in _Harness._current_unpack:
                     handle.savers.append(node.name())
                     handle.record.reached = True
@@ -373,6 +510,7 @@ def measure_saved_bytes(
     experts_implementation: str = "eager",
     seed: int = 0,
     model=None,
+    track_producers: bool = True,
 ) -> SavedReport:
     """Bytes saved for backward by one training forward (with loss) of the HF causal LM.
 
@@ -386,7 +524,8 @@ def measure_saved_bytes(
     labels = input_ids.clone()
     h = _Harness(model)
     _Harness._current_unpack = []
-    with h.module_hooks(), _ProducerMode(h), torch.autograd.graph.saved_tensors_hooks(h.pack, h.unpack):
+    producers = _ProducerMode(h) if track_producers else contextlib.nullcontext()
+    with h.module_hooks(), producers, torch.autograd.graph.saved_tensors_hooks(h.pack, h.unpack):
         out = model(input_ids=input_ids, labels=labels, use_cache=False)
     loss = out.loss
     h.walk(loss.grad_fn)

@@ -14,9 +14,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from meshplan.cli import cluster, gpus, models
+    from meshplan.cli import cluster, gpus, models, train
 
-    for module in (models, gpus, cluster):
+    for module in (models, gpus, cluster, train):
         module.register(app)
 
 

@@ -1,0 +1,136 @@
+"""`meshplan train memory`: per-GPU memory of a training plan, per pipeline stage."""
+
+from __future__ import annotations
+
+import typer
+from pydantic import ValidationError
+from rich import box
+from rich.table import Table
+
+from meshplan.cli import options as opt
+from meshplan.cli.common import console, print_json, user_errors
+from meshplan.errors import ConfigError
+from meshplan.model import load_model
+from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
+from meshplan.training.memory import MemoryEstimate
+from meshplan.training.report import memory_dict
+
+train_app = typer.Typer(help="Training runs: memory (and, next, step time and plan search).",
+                        no_args_is_help=True)
+GIB = 2**30
+
+
+def _help(field: str) -> str:
+    return TrainingPlan.model_fields[field].description or ""
+
+
+def build_plan(**fields) -> TrainingPlan:
+    """A TrainingPlan from CLI values; a bad value becomes one message naming the flag."""
+    if isinstance(fields.get("pipeline_split"), str):
+        try:
+            fields["pipeline_split"] = tuple(int(x) for x in fields["pipeline_split"].split(","))
+        except ValueError:
+            raise ConfigError(f"--pipeline-split {fields['pipeline_split']!r}: expected "
+                              f"comma-separated layer counts, e.g. 15,16,16,15") from None
+    try:
+        return TrainingPlan(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = "--" + str(err["loc"][0]).replace("_", "-")
+        raise ConfigError(f"{flag} {err.get('input')!r}: {err['msg']}") from None
+
+
+@train_app.command("memory")
+@user_errors
+def memory(
+    model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
+    gpu: str = opt.GPU, num_gpus: int = opt.NUM_GPUS, gpus_per_node: int = opt.GPUS_PER_NODE,
+    scale_up_domain: int = opt.SCALE_UP_DOMAIN,
+    tp: int = typer.Option(1, help=_help("tp")), pp: int = typer.Option(1, help=_help("pp")),
+    vpp: int = typer.Option(None, help=_help("vpp")), dp: int = typer.Option(None, help=_help("dp")),
+    cp: int = typer.Option(1, help=_help("cp")), ep: int = typer.Option(1, help=_help("ep")),
+    etp: int = typer.Option(None, help=_help("etp")),
+    sequence_parallel: bool = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
+                                           help=_help("sequence_parallel")),
+    dp_sharding: str = typer.Option(None, help=_help("dp_sharding")),
+    dp_shard_size: int = typer.Option(None, help=_help("dp_shard_size")),
+    micro_batch_size: int = typer.Option(None, help=_help("micro_batch_size")),
+    global_batch_size: int = typer.Option(None, help=_help("global_batch_size")),
+    seq_len: int = typer.Option(4096, help=_help("seq_len")),
+    recompute: str = typer.Option("none", help=_help("recompute")),
+    recompute_num_layers: int = typer.Option(None, help=_help("recompute_num_layers")),
+    offload_activations: bool = typer.Option(False, help=_help("offload_activations")),
+    offload_optimizer: bool = typer.Option(False, help=_help("offload_optimizer")),
+    precision: str = typer.Option("bf16", help=_help("precision")),
+    optimizer: str = typer.Option("adamw", help=_help("optimizer")),
+    schedule: str = typer.Option(None, help=_help("schedule")),
+    pipeline_split: str = typer.Option(None, help=_help("pipeline_split") + " Comma-separated."),
+    framework: str = typer.Option("megatron", help=_help("framework")),
+    attention: str = typer.Option(None, help=_help("attention")),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON (bytes)."),
+) -> None:
+    """Peak memory per GPU of a training plan, per pipeline stage, and whether it fits."""
+    spec = load_model(model)
+    cluster = opt.build_cluster(gpu, num_gpus, gpus_per_node, scale_up_domain, None, None)
+    plan = build_plan(
+        tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, etp=etp, sequence_parallel=sequence_parallel,
+        dp_sharding=dp_sharding, dp_shard_size=dp_shard_size, micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size, seq_len=seq_len, recompute=recompute,
+        recompute_num_layers=recompute_num_layers, offload_activations=offload_activations,
+        offload_optimizer=offload_optimizer, precision=precision, optimizer=optimizer,
+        schedule=schedule, pipeline_split=pipeline_split, framework=framework, attention=attention)
+    estimate = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
+    if json_out:
+        print_json(memory_dict(estimate))
+        return
+    render_memory(estimate, f"{spec.name} on {num_gpus} x {cluster.gpu.name}")
+
+
+STAGE_COLUMNS = (("weights", "weights_bytes"), ("grads", "gradients_bytes"),
+                 ("optim", "optimizer_state_bytes"), ("activ.", "activations_bytes"),
+                 ("logits", "logits_bytes"), ("other", "other_bytes"), ("total", "total_bytes"))
+"""Table columns; `optim` is the master weights plus the optimizer's moments."""
+
+
+def _shown_stages(estimate: MemoryEstimate) -> list[int]:
+    n, peak = len(estimate.stages), estimate.peak_stage.stage
+    if n <= 12:
+        return list(range(n))
+    return sorted({0, 1, 2, peak, n - 3, n - 2, n - 1})
+
+
+def render_memory(estimate: MemoryEstimate, title: str) -> None:
+    """Print the per-stage table (GiB), the verdict, and what meshplan chose."""
+    table = Table(title=f"{title}: memory per GPU (GiB)", box=box.SIMPLE_HEAD,
+                  padding=(0, 1, 0, 0), pad_edge=False)
+    for name in ("stage", "layers", "mb alive", *(c for c, _ in STAGE_COLUMNS)):
+        table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
+    peak = estimate.peak_stage
+    for index in _shown_stages(estimate):
+        s = estimate.stages[index]
+        data = s.to_dict()
+        data["optimizer_state_bytes"] = s.master_weights_bytes + s.optimizer_bytes
+        cells = [str(s.stage), str(s.num_layers), f"{s.in_flight_microbatches:g}"]
+        cells += [f"{data[key] / GIB:.1f}" for _, key in STAGE_COLUMNS]
+        table.add_row(*cells, style="bold yellow" if s is peak else None)
+    console.print(table)
+    console.print(verdict(estimate))
+    for field, why in estimate.plan.chosen.items():
+        console.print(f"  chose {field} = {why}", highlight=False, soft_wrap=True)
+    for warning in estimate.plan.warnings:
+        console.print(f"  [yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+
+
+def verdict(estimate: MemoryEstimate) -> str:
+    """FITS / DOES NOT FIT with the margin, for the peak stage."""
+    peak, cap = estimate.peak_stage, estimate.gpu_memory_bytes
+    margin = (cap - peak.total_bytes) / GIB
+    where = f"stage {peak.stage}: {peak.total_bytes / GIB:.1f} of {cap / GIB:.1f} GiB"
+    if estimate.fits:
+        return f"[bold green]FITS[/] ({where}, {margin:.1f} GiB free)"
+    return f"[bold red]DOES NOT FIT[/] ({where}, {-margin:.1f} GiB over)"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `train` command group."""
+    app.add_typer(train_app, name="train")

@@ -1,0 +1,34 @@
+"""A MemoryEstimate as a plain dict (the `train memory --json` payload)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from meshplan.training.memory import MemoryEstimate
+
+
+def plan_dict(estimate: MemoryEstimate) -> dict[str, Any]:
+    """The resolved plan's fields (chunk layer lists shortened to their sizes)."""
+    data = asdict(estimate.plan)
+    data["pipeline_split"] = [len(c) for c in data.pop("chunk_layers")]
+    data.pop("chosen")
+    data.pop("warnings")
+    return data
+
+
+def memory_dict(estimate: MemoryEstimate) -> dict[str, Any]:
+    """Everything `train memory --json` prints, in bytes."""
+    peak = estimate.peak_stage
+    return {
+        "fits": estimate.fits,
+        "peak_bytes": peak.total_bytes,
+        "peak_stage": peak.stage,
+        "gpu_memory_bytes": estimate.gpu_memory_bytes,
+        "headroom_bytes": estimate.gpu_memory_bytes - peak.total_bytes,
+        "activation_bytes_per_layer": estimate.activation_bytes_per_layer,
+        "stages": [stage.to_dict() for stage in estimate.stages],
+        "plan": plan_dict(estimate),
+        "chosen": dict(estimate.plan.chosen),
+        "warnings": list(estimate.plan.warnings),
+    }
