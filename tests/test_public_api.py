@@ -8,9 +8,9 @@ import sys
 import meshplan
 
 EXPECTED_API = [
-    "Cluster", "ConfigError", "GPUSpec", "Interconnect", "MeshplanError", "ModelSpec",
-    "UnknownNameError", "__version__", "from_config", "get_gpu", "get_interconnect", "list_gpus",
-    "list_interconnects", "list_models", "load_model",
+    "Cluster", "ConfigError", "GPUSpec", "Interconnect", "MeshplanError", "ModelSpec", "TrainingPlan",
+    "UnknownNameError", "__version__", "estimate_memory", "from_config", "get_gpu", "get_interconnect", "list_gpus",
+    "list_interconnects", "list_models", "load_model", "resolve_plan",
 ]
 
 

@@ -8,6 +8,7 @@ from meshplan.hardware import (
     Cluster, GPUSpec, Interconnect, get_gpu, get_interconnect, list_gpus, list_interconnects,
 )
 from meshplan.model import ModelSpec, from_config, list_entries as list_models, load_model
+from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
 
 __version__ = "0.1.0"
 
@@ -18,8 +19,10 @@ __all__ = [
     "Interconnect",
     "MeshplanError",
     "ModelSpec",
+    "TrainingPlan",
     "UnknownNameError",
     "__version__",
+    "estimate_memory",
     "from_config",
     "get_gpu",
     "get_interconnect",
@@ -27,4 +30,5 @@ __all__ = [
     "list_interconnects",
     "list_models",
     "load_model",
+    "resolve_plan",
 ]

@@ -41,7 +41,7 @@ Counting rules
   and saved by two or more layers (the rotary ``cos`` / ``sin``, shape
   ``(1, s, rotary_dim)``, computed once per forward and saved by the ``q*cos``,
   ``k*cos`` ... of every layer).  It is not charged to layer 0, so per-layer
-  numbers are comparable across layers.
+  numbers are comparable across layers (a 1-layer model keeps it in layer 0).
 * Outside regions: ``embedding`` (token / position ids), ``rotary``,
   ``model`` (other ops of the base model), ``shared``, ``final_norm``,
   ``lm_head`` (its input), ``loss`` (ops run by the CausalLM after lm_head).
@@ -297,6 +297,15 @@ class SavedReport:
     def region_items(self, region: str) -> list[SavedItem]:
         return [it for it in self.items if it.where == region]
 
+    def layer_breakdown(self, layer: int) -> dict[str, int]:
+        """Bytes of layer ``layer`` per module path relative to the layer (``"self_attn"``, ``"mlp.act_fn"``)."""
+        out: dict[str, int] = defaultdict(int)
+        for it in self.layer_items(layer):
+            parts = it.module.split(".")
+            rel = parts[parts.index(str(layer)) + 1 :] if str(layer) in parts else parts
+            out[".".join(rel) or "<layer>"] += it.bytes
+        return dict(out)
+
 
 # --------------------------------------------------------------------------- measurement machinery
 
@@ -304,13 +313,12 @@ class SavedReport:
 class _Record:
     """Book-keeping for one saved storage."""
 
-    __slots__ = ("key", "storage_nbytes", "first", "saves", "producer", "producer_stack", "reached", "tensor")
+    __slots__ = ("key", "storage_nbytes", "saves", "producer", "producer_stack", "reached", "tensor")
 
     def __init__(self, key, storage_nbytes, tensor, producer, producer_stack):
         self.key = key
         self.storage_nbytes = storage_nbytes
         self.tensor = tensor  # strong ref: keeps the storage alive so its data_ptr is never reused
-        self.first = None  # (stack, shape, dtype, is_view, tensor_bytes) of the first save
         self.saves: list[_Handle] = []
         self.producer = producer
         self.producer_stack = producer_stack
@@ -416,7 +424,6 @@ class _Harness:
         if rec is None:
             producer, pstack = self.producers.get(key, ("input", ()))
             rec = _Record(key, nbytes, t, producer, pstack)
-            rec.first = (stack, tuple(t.shape), t.dtype, _is_view(t, nbytes), t.numel() * t.element_size())
             self.records[key] = rec
             self.order.append(rec)
         handle = _Handle(t, rec, (stack, self.lm_head_done))

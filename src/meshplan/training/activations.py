@@ -167,4 +167,4 @@ def checkpoint_bytes(model: ModelSpec, plan: ResolvedPlan) -> float:
     return tokens * act_bytes(plan) * model.hidden_size / sp
 
 
-from meshplan.training import profile_torchtitan  # noqa: E402,F401  (registers its profile)
+from meshplan.training import profile_hf, profile_torchtitan  # noqa: E402,F401  (register)
