@@ -83,3 +83,8 @@ def test_context_parallel_sequence_must_split_evenly():
 def test_long_sequences_warn_but_do_not_fail():
     plan = resolve(tp=8, seq_len=262144, cp=8)
     assert any("exceeds" in w for w in plan.warnings)
+
+
+def test_rank_order_must_be_a_permutation():
+    with pytest.raises(PlanError, match="rank_order 'tp-dp-pp' must name each of tp, cp, ep, dp, pp"):
+        resolve(tp=8, rank_order="tp-dp-pp")

@@ -47,3 +47,22 @@ def test_layer_bytes_match_autograd(family, attention, batch, seq):
     predicted = predicted_per_layer(config, batch, seq, attention)
     for i, (p, m) in enumerate(zip(predicted, measured.per_layer_bytes)):
         assert p == pytest.approx(m, rel=TOLERANCE), f"layer {i}: predicted {p:,.0f} measured {m:,}"
+
+
+def test_cli_hf_eager_reports_the_measured_layer_bytes(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from meshplan.cli.app import app
+
+    config = SMALL_CONFIGS["llama"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = CliRunner().invoke(app, [
+        "train", "memory", "--model", str(path), "--gpu", "h100-sxm-80gb", "--num-gpus", "1",
+        "--framework", "hf", "--attention", "eager", "--tp", "1", "--pp", "1",
+        "--micro-batch-size", "2", "--seq-len", "64", "--json"])
+    assert result.exit_code == 0, result.output
+    measured = measure_saved_bytes(config, 2, 64, "eager").per_layer_bytes[0]
+    assert json.loads(result.stdout)["activation_bytes_per_layer"] == pytest.approx(measured, rel=TOLERANCE)

@@ -129,13 +129,18 @@ def logits_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int, alive: float)
     return logits * (held * max(alive, 1.0) + LOGIT_TRANSIENT_BYTES)
 
 
-def buffers_bytes(params: StageParams, plan: ResolvedPlan) -> float:
-    """Communication buffers: FSDP gathers (current + prefetched unit) and the reduce-scatter."""
+def buffers_bytes(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> float:
+    """Communication buffers: FSDP gathers (current + prefetched unit) and the reduce-scatter,
+    DDP gradient buckets, and the sequence-parallel all-gather / reduce-scatter of one layer."""
+    total = 0.0
     if plan.dp_sharding == "full":
-        return params.largest_unit * (2 * 2.0 + 2.0 + 4.0)
-    if plan.dp_sharding == "none" and plan.framework not in ("megatron", "nemo"):
-        return 2 * 25 * 2**20  # PyTorch DDP's gradient buckets
-    return 0.0
+        total += params.largest_unit * (2 * 2.0 + 2.0 + 4.0)
+    elif plan.dp_sharding == "none" and plan.framework not in ("megatron", "nemo"):
+        total += 2 * 25 * 2**20  # PyTorch DDP's gradient buckets
+    if plan.sequence_parallel:
+        tokens = plan.micro_batch_size * plan.seq_len / plan.cp
+        total += 2 * tokens * model.hidden_size * act.act_bytes(plan)  # gathered input + output
+    return total
 
 
 def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemory:
@@ -144,7 +149,7 @@ def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemor
     states = model_states(params, model, plan)
     acts, alive = stage_activations(model, plan, stage)
     logits = logits_bytes(model, plan, stage, alive)
-    buffers = buffers_bytes(params, plan)
+    buffers = buffers_bytes(params, model, plan)
     allocated = sum(states.values()) + acts + logits + buffers + WORKSPACE_BYTES
     return StageMemory(
         stage=stage, num_layers=len(plan.stage_layers(stage)), in_flight_microbatches=alive,

@@ -50,6 +50,7 @@ class ResolvedPlan:
     precision: str
     optimizer: str
     schedule: str
+    rank_order: str
     chunk_layers: tuple[tuple[int, ...], ...]
     """Decoder-layer indices of each pipeline chunk; chunk c runs on stage c % pp."""
     framework: str
@@ -192,9 +193,19 @@ def _resolve_schedule(plan: TrainingPlan, vpp: int, m: int) -> str:
     return schedule
 
 
+RANK_DIMS = ("tp", "cp", "ep", "dp", "pp")
+
+
+def _check_rank_order(order: str) -> None:
+    if sorted(order.split("-")) != sorted(RANK_DIMS):
+        raise PlanError(f"rank_order {order!r} must name each of tp, cp, ep, dp, pp once, "
+                        f"innermost first, e.g. tp-cp-ep-dp-pp")
+
+
 def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> ResolvedPlan:
     """Check `plan` against `model` and `cluster` and fill every open field."""
     chosen: dict[str, str] = {}
+    _check_rank_order(plan.rank_order)
     dp = _resolve_dp(plan, cluster.num_gpus)
     _check_heads(plan, model)
     etp, expert_dp = _resolve_experts(plan, model, dp)
@@ -217,7 +228,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         recompute=plan.recompute, recompute_num_layers=plan.recompute_num_layers,
         offload_activations=plan.offload_activations, offload_optimizer=plan.offload_optimizer,
         precision=plan.precision, optimizer=plan.optimizer,
-        schedule=_resolve_schedule(plan, vpp, m), chunk_layers=_chunks(plan, model, vpp),
+        schedule=_resolve_schedule(plan, vpp, m), rank_order=plan.rank_order, chunk_layers=_chunks(plan, model, vpp),
         framework=plan.framework,
         attention=plan.attention or DEFAULT_ATTENTION.get(plan.framework, "sdpa"),
         capacity_factor=plan.capacity_factor, chosen=chosen, warnings=tuple(warnings),
