@@ -26,8 +26,8 @@ def register(name: str) -> Callable[[InFlight], InFlight]:
 
 @register("gpipe")
 def gpipe(stage: int, pp: int, vpp: int, m: int) -> int:
-    """All forwards before any backward: every micro-batch is alive."""
-    return m
+    """All forwards before any backward: every micro-batch of every chunk is alive."""
+    return m * vpp
 
 
 @register("1f1b")
