@@ -14,9 +14,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from meshplan.cli import cluster, gpus, models, train
+    from meshplan.cli import cluster, gpus, models, train, validate
 
-    for module in (models, gpus, cluster, train):
+    for module in (models, gpus, cluster, train, validate):
         module.register(app)
 
 

@@ -8,12 +8,12 @@ from meshplan.hardware import Cluster
 
 GPU = typer.Option(..., "--gpu", help="GPU catalog name, e.g. h100-sxm-80gb (see `meshplan gpus list`).")
 NUM_GPUS = typer.Option(..., "--num-gpus", help="GPUs in the job.")
-GPUS_PER_NODE = typer.Option(None, "--gpus-per-node", help="GPUs per node [default: the GPU's usual server].")
+GPUS_PER_NODE = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the GPU's usual server).")
 SCALE_UP_DOMAIN = typer.Option(
-    None, "--scale-up-domain", help="GPUs sharing NVLink/NVSwitch [default: the node; 72 for NVL72 parts].")
+    None, "--scale-up-domain", help="GPUs sharing NVLink/NVSwitch (default: the node; 72 for NVL72 parts).")
 INTER_NODE_GBPS = typer.Option(
-    None, "--inter-node-gbps-per-gpu", help="Scale-out bandwidth per GPU in Gb/s [default: the GPU's NIC].")
-POWER_LIMIT = typer.Option(None, "--gpu-power-limit-w", help="GPU power cap in watts [default: TDP].")
+    None, "--inter-node-gbps-per-gpu", help="Scale-out bandwidth per GPU in Gb/s (default: the GPU's NIC).")
+POWER_LIMIT = typer.Option(None, "--gpu-power-limit-w", help="GPU power cap in watts (default: TDP).")
 
 
 def build_cluster(gpu: str, num_gpus: int, gpus_per_node: int | None, scale_up_domain: int | None,

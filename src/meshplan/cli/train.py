@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+import typing
+from pathlib import Path
+
 import typer
 from pydantic import ValidationError
 from rich import box
@@ -13,6 +17,10 @@ from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
 from meshplan.training.memory import MemoryEstimate
+from meshplan.report import chrome_trace, write_trace
+from meshplan.training.choose import best_plan
+from meshplan.training.estimate import estimate_step
+from meshplan.training.estimate_report import estimate_dict, trace_extras
 from meshplan.training.report import memory_dict
 
 train_app = typer.Typer(help="Training runs: memory (and, next, step time and plan search).",
@@ -40,12 +48,11 @@ def build_plan(**fields) -> TrainingPlan:
         raise ConfigError(f"{flag} {err.get('input')!r}: {err['msg']}") from None
 
 
-@train_app.command("memory")
-@user_errors
-def memory(
+def _plan_flags(
     model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
     gpu: str = opt.GPU, num_gpus: int = opt.NUM_GPUS, gpus_per_node: int = opt.GPUS_PER_NODE,
-    scale_up_domain: int = opt.SCALE_UP_DOMAIN,
+    scale_up_domain: int = opt.SCALE_UP_DOMAIN, inter_node_gbps_per_gpu: float = opt.INTER_NODE_GBPS,
+    gpu_power_limit_w: float = opt.POWER_LIMIT,
     tp: int = typer.Option(1, help=_help("tp")), pp: int = typer.Option(1, help=_help("pp")),
     vpp: int = typer.Option(None, help=_help("vpp")), dp: int = typer.Option(None, help=_help("dp")),
     cp: int = typer.Option(1, help=_help("cp")), ep: int = typer.Option(1, help=_help("ep")),
@@ -65,25 +72,56 @@ def memory(
     optimizer: str = typer.Option("adamw", help=_help("optimizer")),
     schedule: str = typer.Option(None, help=_help("schedule")),
     pipeline_split: str = typer.Option(None, help=_help("pipeline_split") + " Comma-separated."),
+    tp_comm_overlap: bool = typer.Option(None, "--tp-comm-overlap/--no-tp-comm-overlap",
+                                         help=_help("tp_comm_overlap")),
     framework: str = typer.Option("megatron", help=_help("framework")),
     attention: str = typer.Option(None, help=_help("attention")),
-    json_out: bool = typer.Option(False, "--json", help="Print JSON (bytes)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON (SI units: bytes, seconds)."),
 ) -> None:
+    """The flags every `train` command takes (a signature template, never called)."""
+
+
+HARDWARE = ("gpu", "num_gpus", "gpus_per_node", "scale_up_domain", "inter_node_gbps_per_gpu",
+            "gpu_power_limit_w")
+
+
+def parse_inputs(flags: dict):
+    """(model spec, cluster, TrainingPlan) from the shared flags."""
+    spec = load_model(flags.pop("model"))
+    cluster = opt.build_cluster(*(flags.pop(name) for name in HARDWARE))
+    flags.pop("json_out", None)
+    flags.pop("trace", None)
+    return spec, cluster, build_plan(**flags)
+
+
+def with_plan_flags(extra: dict | None = None):
+    """Give a command `_plan_flags`' signature (plus `extra` parameters)."""
+
+    def decorate(func):
+        hints = typing.get_type_hints(_plan_flags)
+        params = [p.replace(annotation=hints[p.name])
+                  for p in inspect.signature(_plan_flags).parameters.values()]
+        params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                     annotation=annotation)
+                   for name, (annotation, default) in (extra or {}).items()]
+        func.__signature__ = inspect.Signature(params)
+        return func
+
+    return decorate
+
+
+@train_app.command("memory")
+@user_errors
+@with_plan_flags()
+def memory(**flags) -> None:
     """Peak memory per GPU of a training plan, per pipeline stage, and whether it fits."""
-    spec = load_model(model)
-    cluster = opt.build_cluster(gpu, num_gpus, gpus_per_node, scale_up_domain, None, None)
-    plan = build_plan(
-        tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, etp=etp, sequence_parallel=sequence_parallel,
-        dp_sharding=dp_sharding, dp_shard_size=dp_shard_size, micro_batch_size=micro_batch_size,
-        global_batch_size=global_batch_size, seq_len=seq_len, recompute=recompute,
-        recompute_num_layers=recompute_num_layers, offload_activations=offload_activations,
-        offload_optimizer=offload_optimizer, precision=precision, optimizer=optimizer,
-        schedule=schedule, pipeline_split=pipeline_split, framework=framework, attention=attention)
+    json_out = flags["json_out"]
+    spec, cluster, plan = parse_inputs(flags)
     estimate = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
     if json_out:
         print_json(memory_dict(estimate))
         return
-    render_memory(estimate, f"{spec.name} on {num_gpus} x {cluster.gpu.name}")
+    render_memory(estimate, f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}")
 
 
 STAGE_COLUMNS = (("weights", "weights_bytes"), ("grads", "gradients_bytes"),
@@ -134,3 +172,41 @@ def verdict(estimate: MemoryEstimate) -> str:
 def register(app: typer.Typer) -> None:
     """Add the `train` command group."""
     app.add_typer(train_app, name="train")
+
+
+@train_app.command("estimate")
+@user_errors
+@with_plan_flags({"trace": (Path, typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace of the step to this file."))})
+def estimate(**flags) -> None:
+    """Step time, tokens/s per GPU, MFU and where the time goes, for one training plan."""
+    json_out, trace = flags["json_out"], flags["trace"]
+    spec, cluster, plan = parse_inputs(flags)
+    est = best_plan(plan, spec, cluster)
+    if trace is not None:
+        est = estimate_step(spec, cluster, est.plan, with_events=True)
+        write_trace(trace, chrome_trace(est.pipeline.events, extra=trace_extras(est),
+                                        metadata={"model": spec.name, "gpu": cluster.gpu.name}))
+    if json_out:
+        print_json(estimate_dict(est))
+        return
+    render_estimate(est, f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}")
+    if trace is not None:
+        console.print(f"trace written to {trace} (open in ui.perfetto.dev or chrome://tracing)")
+
+
+def render_estimate(est, title: str) -> None:
+    """Headline numbers, the time breakdown and the memory verdict."""
+    table = Table(title=f"{title}: one training step", show_header=False, box=box.SIMPLE_HEAD)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("step time", f"{est.step_time_s:.3f} s")
+    table.add_row("tokens / s / GPU", f"{est.tokens_per_s_per_gpu:,.0f}")
+    table.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}")
+    for name, seconds in est.breakdown.items():
+        if seconds > 0:
+            share = seconds / est.step_time_s
+            table.add_row(f"  {name.replace('_', ' ')}", f"{seconds:.3f} s  {share:5.1%}")
+    console.print(table)
+    console.print(verdict(est.memory))
+    for field, why in est.plan.chosen.items():
+        console.print(f"  chose {field} = {why}", highlight=False, soft_wrap=True)

@@ -75,5 +75,8 @@ class TrainingPlan(BaseModel):
     """Training framework; selects the activation kernel profile and defaults."""
     attention: Attention | None = None
     """Attention kernel: flash (fused, Megatron/TE), sdpa, or eager; None: the framework's."""
+    tp_comm_overlap: bool | None = None
+    """Overlap tensor-parallel communication with GEMMs (Megatron/TE tp-comm-overlap, torchtitan
+    async TP); None: the framework's usual choice (on for NeMo recipes, else off)."""
     capacity_factor: float | None = Field(None, gt=0)
     """MoE token dropping: each expert takes at most this multiple of its fair share."""

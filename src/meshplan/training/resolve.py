@@ -56,6 +56,7 @@ class ResolvedPlan:
     framework: str
     attention: str
     capacity_factor: float | None
+    tp_comm_overlap: bool
     chosen: dict[str, str] = field(default_factory=dict)
     """Fields meshplan filled in, with the reason."""
     warnings: tuple[str, ...] = ()
@@ -231,5 +232,8 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         schedule=_resolve_schedule(plan, vpp, m), rank_order=plan.rank_order, chunk_layers=_chunks(plan, model, vpp),
         framework=plan.framework,
         attention=plan.attention or DEFAULT_ATTENTION.get(plan.framework, "sdpa"),
-        capacity_factor=plan.capacity_factor, chosen=chosen, warnings=tuple(warnings),
+        capacity_factor=plan.capacity_factor,
+        tp_comm_overlap=plan.tp > 1 and (plan.tp_comm_overlap if plan.tp_comm_overlap is not None
+                                         else plan.framework == "nemo"),
+        chosen=chosen, warnings=tuple(warnings),
     )

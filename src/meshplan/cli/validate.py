@@ -1,0 +1,57 @@
+"""`meshplan validate FILE...`: measured vs predicted for every run record, and the summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich import box
+from rich.table import Table
+
+from meshplan.cli.common import console, print_json, user_errors
+from meshplan.validate.records import load_records
+from meshplan.validate.run import predict, report
+
+UNITS = {"tokens_per_s_per_gpu": ("tok/s/GPU", 1.0), "step_time_s": ("s", 1.0),
+         "peak_memory_gib": ("GiB", 1.0)}
+
+
+def validate(
+    files: list[Path] = typer.Argument(..., help="Run-record YAML files (SCHEMA.md format)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the SCHEMA.md JSON report."),
+) -> None:
+    """Predict every record's measured quantities and print the errors and a summary."""
+    records = [r for path in files for r in load_records(path)]
+    rows, skips = predict(records)
+    data = report(rows, skips)
+    if json_out:
+        print_json(data)
+        return
+    table = Table(title="measured vs predicted", box=box.SIMPLE_HEAD)
+    for col in ("record", "metric", "measured", "predicted", "error"):
+        table.add_column(col, justify="left" if col in ("record", "metric") else "right")
+    for r in rows:
+        unit = UNITS.get(r.metric, (r.metric, 1.0))[0]
+        table.add_row(r.id, unit, f"{r.measured:,.4g}", f"{r.predicted:,.4g}", f"{r.rel_error:+.1%}",
+                      style="red" if abs(r.rel_error) > 0.2 else None)
+    console.print(table)
+    render_summary(data["summary"], len(skips), len(records))
+
+
+def render_summary(summary: dict, skipped: int, total: int) -> None:
+    """Median and p90 absolute error, overall and per metric, and the coverage."""
+    def fmt(s: dict) -> str:
+        if not s["n"]:
+            return "no rows"
+        return (f"n={s['n']}  median |err| {s['median_abs_rel_error']:.1%}  "
+                f"p90 |err| {s['p90_abs_rel_error']:.1%}")
+
+    console.print(f"[bold]all[/]: {fmt(summary)}", highlight=False)
+    for metric, s in summary["by_metric"].items():
+        console.print(f"  {metric}: {fmt(s)}", highlight=False)
+    console.print(f"skipped {skipped} of {total} records", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `validate` command."""
+    app.command("validate")(user_errors(validate))

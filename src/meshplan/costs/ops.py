@@ -1,0 +1,91 @@
+"""Time of one operator on one GPU: GEMMs, fused attention, memory-bound kernels.
+
+Every op is (FLOPs, bytes moved, dtype). A GEMM's time is the larger of its compute time at a
+shape-dependent fraction of the dense peak (wave quantisation over the SMs and small-dimension
+inefficiency) and its memory time at achievable HBM bandwidth, plus a launch overhead. The
+constants live in `ComputeConstants` (fitted per GPU family, bounded by microbenchmarks).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from meshplan.hardware import GPUSpec
+
+TILE_M, TILE_N = 128, 256
+"""Output tile of a large tensor-core GEMM kernel (CUTLASS/cuBLAS Hopper default)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeConstants:
+    """Efficiency constants of one GPU family (see costs/data/compute_constants.yaml)."""
+
+    gemm_efficiency: float
+    """Fraction of dense peak the largest GEMMs reach (bounded by measured maximum matmul FLOPS)."""
+    gemm_half_dim: float
+    """A GEMM dimension at which small-dimension efficiency is halved (skinny GEMMs)."""
+    attention_efficiency: float
+    """Fraction of dense peak fused (flash) attention reaches in the forward pass."""
+    attention_backward_ratio: float
+    """Backward attention time / forward time at equal FLOP count efficiency (FlashAttention: 2.5x FLOPs)."""
+    hbm_efficiency: float
+    """Achievable fraction of HBM bandwidth for memory-bound kernels."""
+    launch_s: float
+    """Fixed time per kernel (launch, tail, synchronisation)."""
+
+
+def clock_factor(gpu: GPUSpec, power_limit_w: float | None) -> float:
+    """Sustained-clock fraction under a power cap: dynamic power ~ f^3, so f ~ (P/TDP)^(1/3),
+    applied to the compute-bound part only; 1 at or above TDP."""
+    if not power_limit_w or power_limit_w >= gpu.tdp_w:
+        return 1.0
+    return (power_limit_w / gpu.tdp_w) ** (1 / 3)
+
+
+def wave_efficiency(m: int, n: int, sms: int) -> float:
+    """Useful fraction of the output-tile waves over the GPU's SMs. Fewer tiles than SMs are
+    spread by split-K / stream-K kernels, so only multi-wave GEMMs lose their last wave's idle
+    SMs; small dimensions are charged by the shape term instead."""
+    tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N)
+    if tiles <= sms:
+        return 1.0
+    waves = math.ceil(tiles / sms)
+    return tiles / (waves * sms)
+
+
+def gemm_time(m: float, n: float, k: float, *, gpu: GPUSpec, dtype: str, c: ComputeConstants,
+              clock: float = 1.0, count: int = 1) -> float:
+    """Seconds for `count` GEMMs of (m x k) @ (k x n) in `dtype` (bf16/fp16/fp8/fp32)."""
+    if m <= 0 or n <= 0 or k <= 0:
+        return 0.0
+    flops = 2.0 * m * n * k
+    small = min(m, n, k)
+    shape = small / (small + c.gemm_half_dim)
+    eff = c.gemm_efficiency * shape * wave_efficiency(int(m), int(n), gpu.sm_count)
+    compute = flops / (gpu.peak_flops(dtype) * clock * eff)
+    width = 1.0 if dtype == "fp8" else 4.0 if dtype == "fp32" else 2.0
+    memory = width * (m * k + k * n + m * n) / (gpu.hbm_bandwidth_bytes_per_s * c.hbm_efficiency)
+    return count * (max(compute, memory) + c.launch_s)
+
+
+def attention_flops(q_tokens: float, kv_tokens: float, heads: int, qk_dim: int, v_dim: int,
+                    causal: bool) -> float:
+    """Forward FLOPs of scores and weighted values for `q_tokens` queries over `kv_tokens` keys."""
+    pairs = q_tokens * kv_tokens * (0.5 if causal else 1.0)
+    return 2.0 * pairs * heads * (qk_dim + v_dim)
+
+
+def attention_time(flops_forward: float, *, gpu: GPUSpec, dtype: str, c: ComputeConstants,
+                   clock: float = 1.0, backward: bool = False) -> float:
+    """Seconds for fused attention forward (or its backward, 2.5x the FLOPs of the forward)."""
+    if flops_forward <= 0:
+        return 0.0
+    rate = gpu.peak_flops("bf16" if dtype == "fp8" else dtype) * clock * c.attention_efficiency
+    factor = c.attention_backward_ratio if backward else 1.0
+    return factor * flops_forward / rate + c.launch_s
+
+
+def memory_time(bytes_moved: float, *, gpu: GPUSpec, c: ComputeConstants, kernels: int = 1) -> float:
+    """Seconds for memory-bound kernels moving `bytes_moved` through HBM."""
+    return bytes_moved / (gpu.hbm_bandwidth_bytes_per_s * c.hbm_efficiency) + kernels * c.launch_s

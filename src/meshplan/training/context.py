@@ -1,0 +1,84 @@
+"""Everything the per-layer and per-step cost functions share for one plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.costs.comm import CommConstants, load_constants
+from meshplan.costs.constants import constants_for
+from meshplan.costs.ops import ComputeConstants, attention_time, clock_factor, gemm_time, memory_time
+from meshplan.hardware import Cluster
+from meshplan.model.spec import ModelSpec
+from meshplan.training.constants import TrainingConstants, training_constants
+from meshplan.training.groups import PlanGroups, plan_groups
+from meshplan.training.resolve import ResolvedPlan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostContext:
+    """A plan on a cluster, with the constants and placements its costs need."""
+
+    model: ModelSpec
+    plan: ResolvedPlan
+    cluster: Cluster
+    groups: PlanGroups
+    c: ComputeConstants
+    comm: CommConstants
+    k: TrainingConstants
+    clock: float
+    tokens: float
+    """Tokens of one micro-batch on one GPU's GEMMs: micro_batch_size x seq_len / cp."""
+    act_width: float
+    """Bytes per activation element (2, or 4 in fp32 training)."""
+    gemm_dtype: str
+    full_recompute_share: float
+    """Share of each chunk's layers that full recompute re-runs."""
+
+    def gemm(self, m: float, n: float, k: float) -> float:
+        """Seconds for one GEMM of the plan's precision (scaled by the fitted compute scale)."""
+        t = gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=self.gemm_dtype, c=self.c,
+                      clock=self.clock)
+        if self.gemm_dtype == "fp8":
+            t *= 1 + self.k.fp8_overhead
+        return t * self.k.compute_scale
+
+    def attention(self, flops: float) -> float:
+        """Seconds for fused attention forward doing `flops`."""
+        dtype = "bf16" if self.gemm_dtype in ("fp8", "bf16") else self.gemm_dtype
+        t = attention_time(flops, gpu=self.cluster.gpu, dtype=dtype, c=self.c, clock=self.clock)
+        return t * self.k.compute_scale
+
+    def memory(self, bytes_moved: float, kernels: int = 1) -> float:
+        """Seconds for memory-bound kernels."""
+        return memory_time(bytes_moved, gpu=self.cluster.gpu, c=self.c, kernels=kernels)
+
+
+def _gemm_dtype(plan: ResolvedPlan, cluster: Cluster) -> str:
+    if plan.precision == "fp32":
+        return "tf32" if "tf32" in cluster.gpu.dtypes else "fp32"
+    if plan.precision == "fp8" and "fp8" not in cluster.gpu.dtypes:
+        return "bf16" if "bf16" in cluster.gpu.dtypes else "fp16"
+    if plan.precision == "bf16" and "bf16" not in cluster.gpu.dtypes:
+        return "fp16"  # V100: fp16 tensor cores
+    return plan.precision
+
+
+def _recompute_share(model: ModelSpec, plan: ResolvedPlan) -> float:
+    if plan.recompute != "full" or plan.recompute_num_layers is None:
+        return 1.0
+    per_chunk = model.num_layers / (plan.pp * plan.vpp)
+    return min(1.0, plan.recompute_num_layers / per_chunk)
+
+
+def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster) -> CostContext:
+    """Build the cost context of a resolved plan."""
+    gpu = cluster.gpu
+    return CostContext(
+        model=model, plan=plan, cluster=cluster, groups=plan_groups(plan, cluster),
+        c=constants_for(gpu), comm=load_constants(gpu.name),
+        k=training_constants(plan.framework, gpu.architecture),
+        clock=clock_factor(gpu, cluster.power_limit_w),
+        tokens=plan.micro_batch_size * plan.seq_len / plan.cp,
+        act_width=4.0 if plan.precision == "fp32" else 2.0,
+        gemm_dtype=_gemm_dtype(plan, cluster), full_recompute_share=_recompute_share(model, plan),
+    )

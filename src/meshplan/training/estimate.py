@@ -1,0 +1,101 @@
+"""One training plan -> StepEstimate: step time and its breakdown, throughput, MFU, memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from meshplan.hardware import Cluster
+from meshplan.model.spec import ModelSpec
+from meshplan.training.context import CostContext, cost_context
+from meshplan.training.memory import MemoryEstimate, estimate_memory
+from meshplan.training.pipeline_sim import PipelineResult, StageTimes, simulate_pipeline
+from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.step import ChunkTime, chunk_times, dp_seconds, optimizer_seconds, p2p_seconds
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepEstimate:
+    """Predicted behaviour of one optimizer step."""
+
+    plan: ResolvedPlan
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    """Model FLOPs (3 x causal forward FLOPs per token, no recompute) / (step x GPUs x dense peak)."""
+    hfu: float
+    """Hardware FLOPs utilisation: model FLOPs plus recomputed forward work."""
+    breakdown: dict[str, float]
+    """Seconds on the critical stage: compute, exposed communication by kind, bubble, optimizer."""
+    pipeline: PipelineResult
+    memory: MemoryEstimate
+    chunks: tuple[ChunkTime, ...] = field(repr=False)
+
+
+def _stage_times(ctx: CostContext, chunks: list[ChunkTime]) -> list[StageTimes]:
+    pp = ctx.plan.pp
+    out = []
+    for s in range(pp):
+        mine = chunks[s::pp]
+        out.append(StageTimes(forward_s=tuple(c.forward_s for c in mine),
+                              backward_s=tuple(c.backward_s for c in mine),
+                              weight_grad_s=tuple(c.weight_grad_s for c in mine)))
+    return out
+
+
+def _dp_and_optimizer(ctx: CostContext, chunks: list[ChunkTime]) -> tuple[float, float, float]:
+    """(dp total, dp exposed, optimizer) of the slowest stage."""
+    worst = (0.0, 0.0, 0.0)
+    p = ctx.plan
+    for s in range(p.pp):
+        mine = chunks[s::p.pp]
+        backward = sum(c.backward_s for c in mine)
+        window = backward * (p.num_microbatches if p.dp_sharding == "full" else 1)
+        total, exposed = dp_seconds(ctx, s, window)
+        opt = optimizer_seconds(ctx, s)
+        if exposed + opt > worst[1] + worst[2]:
+            worst = (total, exposed, opt)
+    return worst
+
+
+def _flops(model: ModelSpec, plan: ResolvedPlan) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one step over all GPUs."""
+    tokens = plan.global_batch_size * plan.seq_len
+    forward = model.flops_per_token_forward(plan.seq_len, causal=True) * tokens
+    extra = {"full": 1.0, "selective": 0.0, "none": 0.0}[plan.recompute] * forward
+    return 3 * forward, 3 * forward + extra
+
+
+def _breakdown(ctx: CostContext, chunks, pipe: PipelineResult, dp, opt) -> dict[str, float]:
+    p = ctx.plan
+    m = p.num_microbatches
+    stage = max(range(p.pp), key=lambda s: pipe.busy_s[s])
+    mine = chunks[stage::p.pp]
+    tp = m * sum(c.tp_exposed_s for c in mine)
+    ep = m * sum(c.ep_s for c in mine)
+    cp = m * sum(c.cp_exposed_s for c in mine)
+    fsdp = m * sum(c.fsdp_exposed_s for c in mine)
+    compute = pipe.busy_s[stage] - tp - ep - cp - fsdp
+    return {"compute": compute, "tp_comm_exposed": tp, "ep_comm": ep, "cp_comm_exposed": cp,
+            "fsdp_gather_exposed": fsdp, "pipeline_bubble": pipe.step_time_s - pipe.busy_s[stage],
+            "dp_comm_exposed": dp, "optimizer": opt, "other": ctx.k.step_overhead_s}
+
+
+def estimate_step(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
+                  with_events: bool = False) -> StepEstimate:
+    """Predict one optimizer step of `plan` for `model` on `cluster`."""
+    ctx = cost_context(model, plan, cluster)
+    chunks = chunk_times(ctx)
+    pipe = simulate_pipeline(plan.schedule, _stage_times(ctx, chunks), plan.num_microbatches,
+                             p2p_seconds(ctx), with_events=with_events)
+    _, dp_exposed, opt = _dp_and_optimizer(ctx, chunks)
+    step = pipe.step_time_s + dp_exposed + opt + ctx.k.step_overhead_s
+    model_flops, hw_flops = _flops(model, plan)
+    peak = cluster.gpu.peak_flops(ctx.gemm_dtype if ctx.gemm_dtype != "fp8" else "bf16")
+    gpus = cluster.num_gpus
+    return StepEstimate(
+        plan=plan, step_time_s=step,
+        tokens_per_s_per_gpu=plan.global_batch_size * plan.seq_len / step / gpus,
+        mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
+        breakdown=_breakdown(ctx, chunks, pipe, dp_exposed, opt), pipeline=pipe,
+        memory=estimate_memory(model, cluster, plan), chunks=tuple(chunks),
+    )

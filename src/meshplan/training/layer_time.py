@@ -1,0 +1,149 @@
+"""Forward and backward time of one decoder layer for one micro-batch on one GPU.
+
+GEMMs run on the tokens of one micro-batch (the full local sequence under tensor parallelism;
+column-parallel widths divided by tp); fused attention over the causal (or windowed) keys,
+divided by cp; memory-bound kernels over the bytes they stream; tensor-, context- and
+expert-parallel collectives on their placed groups. Backward is twice the forward GEMM work
+(data and weight gradients), 2.5x the attention work, and re-runs forward work for recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.costs.comm import collective_time
+from meshplan.costs.ops import attention_flops, attention_time, gemm_time, memory_time
+from meshplan.model.counts import mean_visible_keys
+from meshplan.model.spec import DenseMLP, LayerSpec, MoEMLP
+from meshplan.training.context import CostContext
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTime:
+    """Seconds one layer takes for one micro-batch, with its communication broken out."""
+
+    forward_s: float
+    backward_s: float
+    weight_grad_s: float
+    """The part of backward that computes weight gradients (deferrable by zero-bubble)."""
+    tp_comm_s: float
+    """Tensor-parallel collectives, forward + backward (exposed share included in the above)."""
+    tp_exposed_s: float
+    ep_comm_s: float
+    cp_exposed_s: float
+
+
+def _gemms(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
+    """(dense GEMM time, routed-expert GEMM time) of one layer's forward."""
+    p, h, t = ctx.plan, ctx.model.hidden_size, ctx.tokens
+    a = layer.attention
+    g = ctx.gemm
+    if a.mla is None:
+        qkv = g(t, (a.num_heads * a.head_dim + 2 * a.num_kv_heads * a.v_head_dim) / p.tp, h)
+    else:
+        m = a.mla
+        down = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
+        q_up = a.num_heads * a.head_dim / p.tp
+        qkv = g(t, down, h) + g(t, q_up, m.q_lora_rank or h)
+        qkv += g(t, a.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / p.tp, m.kv_lora_rank)
+    out = g(t, h, a.num_heads * a.v_head_dim / p.tp)
+    mlp, experts = layer.mlp, 0.0
+    if isinstance(mlp, DenseMLP):
+        return qkv + out + _mlp_gemms(ctx, mlp, t, p.tp), 0.0
+    dense = qkv + out + g(t, mlp.num_experts, h)
+    if mlp.shared is not None:
+        dense += _mlp_gemms(ctx, mlp.shared, t, p.tp)
+    local = mlp.num_experts / p.ep
+    rows = t * mlp.top_k * p.etp / p.tp * ctx.k.moe_imbalance / local
+    experts = local * _mlp_gemms(ctx, mlp.expert, rows, p.etp)
+    return dense, experts
+
+
+def _mlp_gemms(ctx: CostContext, mlp: DenseMLP, rows: float, split: int) -> float:
+    h, i = ctx.model.hidden_size, mlp.intermediate_size / split
+    up = ctx.gemm(rows, i * (2 if mlp.gated else 1), h)
+    return up + ctx.gemm(rows, h, i)
+
+
+def _attention(ctx: CostContext, layer: LayerSpec) -> float:
+    """Fused attention forward time (causal, windowed) for the micro-batch, split by tp and cp."""
+    a, p = layer.attention, ctx.plan
+    keys = mean_visible_keys(p.seq_len, a, causal=True)
+    flops = attention_flops(p.seq_len, keys, a.num_heads / p.tp, a.head_dim, a.v_head_dim, False)
+    return ctx.attention(flops * p.micro_batch_size / p.cp)
+
+
+def _memory_bound(ctx: CostContext, layer: LayerSpec) -> float:
+    """Norms, rotary, activation and residual kernels of the forward pass."""
+    p, h = ctx.plan, ctx.model.hidden_size
+    a = layer.attention
+    sp = p.tp if p.sequence_parallel else 1
+    mlp = layer.mlp
+    inter = (mlp.intermediate_size if isinstance(mlp, DenseMLP)
+             else mlp.expert.intermediate_size * mlp.top_k) / p.tp
+    per_token = 2 * (4 * h / sp + 6 * h / sp)  # two norms (read+write), two residual adds
+    per_token += 2 * 2 * (a.num_heads + a.num_kv_heads) * a.head_dim / p.tp  # rotary on q, k
+    per_token += 2 * 3 * inter  # gate/up read, activation write
+    return ctx.memory(per_token * ctx.tokens * ctx.act_width / 2, kernels=ctx.k.kernels_per_layer)
+
+
+def _tp_comm(ctx: CostContext) -> float:
+    """Forward TP collectives: all-gather + reduce-scatter (SP) or all-reduce, twice a layer."""
+    p = ctx.plan
+    if p.tp == 1:
+        return 0.0
+    size = ctx.tokens * ctx.model.hidden_size * ctx.act_width
+    if p.sequence_parallel:
+        one = collective_time("all_gather", size, ctx.groups.tp, ctx.cluster, ctx.comm)
+        one += collective_time("reduce_scatter", size, ctx.groups.tp, ctx.cluster, ctx.comm)
+    else:
+        one = collective_time("all_reduce", size, ctx.groups.tp, ctx.cluster, ctx.comm)
+    return 2 * one
+
+
+def _ep_comm(ctx: CostContext, layer: LayerSpec) -> float:
+    """Forward dispatch + combine all-to-all of routed tokens."""
+    mlp, p = layer.mlp, ctx.plan
+    if not isinstance(mlp, MoEMLP) or p.ep == 1:
+        return 0.0
+    routed = ctx.tokens * mlp.top_k * p.etp / p.tp * ctx.k.moe_imbalance
+    size = routed * ctx.model.hidden_size * ctx.act_width
+    return 2 * collective_time("all_to_all", size, ctx.groups.ep, ctx.cluster, ctx.comm)
+
+
+def _cp_comm(ctx: CostContext, layer: LayerSpec) -> float:
+    """Forward ring exchange of keys and values over the cp group."""
+    a, p = layer.attention, ctx.plan
+    if p.cp == 1:
+        return 0.0
+    kv = ctx.tokens * 2 * a.num_kv_heads * a.head_dim / p.tp * ctx.act_width
+    return collective_time("all_gather", kv * p.cp, ctx.groups.cp, ctx.cluster, ctx.comm)
+
+
+def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
+    """Forward/backward seconds of `layer` for one micro-batch under the context's plan."""
+    k, p = ctx.k, ctx.plan
+    dense, experts = _gemms(ctx, layer)
+    attn = _attention(ctx, layer)
+    mem = _memory_bound(ctx, layer)
+    tp, ep, cp = _tp_comm(ctx), _ep_comm(ctx, layer), _cp_comm(ctx, layer)
+    tp_exposed = tp * (k.tp_overlap_exposed if p.tp_comm_overlap else 1.0)
+    cp_exposed = max(0.0, cp - attn) + k.overlap_penalty * min(cp, attn)
+    fwd_compute = dense + experts + attn + mem
+    forward = fwd_compute + tp_exposed + ep + cp_exposed
+    grad_gemm = 2 * (dense + experts)
+    backward = grad_gemm + ctx.c.attention_backward_ratio * attn + 2 * mem
+    backward += 2 * (tp_exposed + ep + cp_exposed)
+    backward += _recompute(ctx, forward, attn)
+    return LayerTime(forward, backward, grad_gemm / 2, 3 * tp, tp_exposed * 3, 3 * ep,
+                     3 * cp_exposed)
+
+
+def _recompute(ctx: CostContext, forward: float, attn: float) -> float:
+    """Extra forward work in backward: the whole layer (full) or the attention core (selective)."""
+    recompute = ctx.plan.recompute
+    if recompute == "full":
+        return forward * ctx.full_recompute_share
+    if recompute == "selective":
+        return attn
+    return 0.0

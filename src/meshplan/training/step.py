@@ -1,0 +1,131 @@
+"""Per-stage work of one micro-batch, data-parallel and optimizer time: the parts of a step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.costs.comm import collective_time, p2p_time
+from meshplan.training.context import CostContext
+from meshplan.training.layer_time import LayerTime, layer_time
+from meshplan.training.states import stage_params
+
+OPTIMIZER_BYTES_PER_PARAM = 34.0
+"""Adam step traffic: read fp32 master, grad, two moments (16); write master, moments (12);
+write the bf16 weight copy (2); grads in fp32 (4) on read."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkTime:
+    """One model chunk's forward/backward seconds per micro-batch, with communication parts."""
+
+    forward_s: float
+    backward_s: float
+    weight_grad_s: float
+    tp_exposed_s: float
+    ep_s: float
+    cp_exposed_s: float
+    fsdp_exposed_s: float
+
+
+def _layer_cache(ctx: CostContext) -> dict:
+    cache: dict = {}
+    for i, layer in enumerate(ctx.model.layers):
+        if layer not in cache:
+            cache[layer] = layer_time(ctx, layer)
+    return cache
+
+
+def _embedding_and_head(ctx: CostContext, stage: int) -> tuple[float, float]:
+    """(forward, backward) seconds of the embedding (first stage) and LM head + loss (last)."""
+    p, m = ctx.plan, ctx.model
+    fwd = bwd = 0.0
+    if stage == 0:
+        gather = ctx.memory(ctx.tokens * m.hidden_size * ctx.act_width * 2)
+        fwd, bwd = gather, 2 * gather
+    if stage == p.pp - 1:
+        vocab = m.vocab_size / p.tp
+        head = ctx.gemm(ctx.tokens, vocab, m.hidden_size)
+        loss = ctx.memory(ctx.tokens * vocab * 12, kernels=4)  # logits r/w, fp32 softmax, grad
+        fwd, bwd = fwd + head + loss / 2, bwd + 2 * head + loss / 2
+    return fwd, bwd
+
+
+def _fsdp_exposed(ctx: CostContext, layers: list, compute: float) -> float:
+    """Per micro-batch FSDP parameter gathers not hidden behind compute (prefetch one unit)."""
+    p = ctx.plan
+    if p.dp_sharding != "full" or ctx.groups.shard.size == 1:
+        return 0.0
+    params = sum(stage_layer_params(ctx, i) for i in layers)
+    gathers = 2 if p.pp == 1 else 0  # pipelined FSDP keeps units unsharded within the step
+    size = params * ctx.act_width
+    comm = gathers * collective_time("all_gather", size, ctx.groups.shard, ctx.cluster, ctx.comm)
+    return max(0.0, comm - compute) + ctx.k.overlap_penalty * min(comm, compute)
+
+
+def stage_layer_params(ctx: CostContext, index: int) -> float:
+    """Parameters per GPU of decoder layer `index` (after the tp / ep split)."""
+    from meshplan.model import counts
+
+    lp = counts.layer_params(ctx.model.layers[index], ctx.model)
+    p = ctx.plan
+    dense = (lp.attention + lp.mlp + lp.shared_experts) / p.tp + lp.router + lp.norms
+    return dense + lp.routed_experts / (p.ep * p.etp)
+
+
+def chunk_times(ctx: CostContext) -> list[ChunkTime]:
+    """Times of every pipeline chunk (index c runs on stage c % pp)."""
+    cache = _layer_cache(ctx)
+    out = []
+    for c, chunk in enumerate(ctx.plan.chunk_layers):
+        times: list[LayerTime] = [cache[ctx.model.layers[i]] for i in chunk]
+        f = sum(t.forward_s for t in times)
+        b = sum(t.backward_s for t in times)
+        first, last = c == 0, c == len(ctx.plan.chunk_layers) - 1
+        ef, eb = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
+        fsdp = _fsdp_exposed(ctx, list(chunk), f + b)
+        out.append(ChunkTime(f + ef + fsdp / 2, b + eb + fsdp / 2,
+                             sum(t.weight_grad_s for t in times),
+                             sum(t.tp_exposed_s for t in times), sum(t.ep_comm_s for t in times),
+                             sum(t.cp_exposed_s for t in times), fsdp))
+    return out
+
+
+def p2p_seconds(ctx: CostContext) -> float:
+    """One activation (or gradient) transfer between neighbouring pipeline stages."""
+    if ctx.plan.pp == 1:
+        return 0.0
+    sp = ctx.plan.tp if ctx.plan.sequence_parallel else 1
+    size = ctx.tokens * ctx.model.hidden_size * ctx.act_width / sp
+    return p2p_time(size, ctx.groups.pp_cross_node, ctx.cluster, ctx.comm)
+
+
+def dp_seconds(ctx: CostContext, stage: int, overlap_window: float) -> tuple[float, float]:
+    """(total, exposed) data-parallel gradient reduction + parameter gather for one stage."""
+    p = ctx.plan
+    group = ctx.groups.dp
+    if group.size == 1:
+        return 0.0, 0.0
+    params = stage_params(ctx.model, p, stage)
+    grad_width = 2.0 if p.framework in ("nemo", "deepspeed") else 4.0
+    size = (params.dense + params.expert) * grad_width
+    if p.dp_sharding == "none":
+        total = collective_time("all_reduce", size, group, ctx.cluster, ctx.comm)
+    elif p.dp_sharding == "full" and p.pp == 1:
+        total = collective_time("reduce_scatter", size, group, ctx.cluster, ctx.comm) * p.num_microbatches
+    else:
+        total = collective_time("reduce_scatter", size, group, ctx.cluster, ctx.comm)
+        total += collective_time("all_gather", size / grad_width * 2, group, ctx.cluster, ctx.comm)
+    exposed = max(total - overlap_window, ctx.k.dp_exposed_floor * total)
+    return total, exposed
+
+
+def optimizer_seconds(ctx: CostContext, stage: int) -> float:
+    """The optimizer step: memory-bound over the parameters this GPU updates."""
+    p = ctx.plan
+    params = stage_params(ctx.model, p, stage)
+    local = params.dense + params.expert
+    if p.dp_sharding != "none":
+        local = params.dense / p.shard_group + params.expert / p.expert_dp
+    if p.offload_optimizer:
+        return 0.0
+    return ctx.memory(local * OPTIMIZER_BYTES_PER_PARAM, kernels=8)

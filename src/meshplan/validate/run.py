@@ -1,0 +1,90 @@
+"""`meshplan validate`: predict every record's measured quantities and report the errors."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+from meshplan.errors import ConfigError
+from meshplan.training.choose import best_plan
+from meshplan.validate.schema import Record
+from meshplan.validate.training_records import training_case
+
+GIB = 2**30
+TRAINING_METRICS = ("tokens_per_s_per_gpu", "step_time_s", "peak_memory_gib")
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One measured metric of one record, predicted."""
+
+    id: str
+    kind: str
+    metric: str
+    measured: float
+    predicted: float
+    rel_error: float
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A record meshplan could not predict, and why."""
+
+    id: str
+    reason: str
+
+
+def training_rows(record: Record) -> list[Row]:
+    """Rows for one training record's measured throughput, step time and peak memory."""
+    case = training_case(record)
+    est = best_plan(case.plan, case.model, case.cluster)
+    predicted = {"tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+                 "step_time_s": est.step_time_s,
+                 "peak_memory_gib": est.memory.peak_stage.allocator_bytes / GIB}
+    rows = []
+    for metric in TRAINING_METRICS:
+        measured = getattr(record.measured, metric)
+        if measured:
+            value = predicted[metric]
+            rows.append(Row(record.id, "training", metric, measured, value, value / measured - 1))
+    return rows
+
+
+def predict(records: list[Record]) -> tuple[list[Row], list[Skip]]:
+    """Rows for every record meshplan can represent; skips with a specific reason otherwise."""
+    rows: list[Row] = []
+    skips: list[Skip] = []
+    for record in records:
+        if record.kind == "serving":
+            skips.append(Skip(record.id, "serving records need the serving simulator "
+                                         "(not implemented yet)"))
+            continue
+        try:
+            rows += training_rows(record)
+        except ConfigError as exc:
+            skips.append(Skip(record.id, f"plan not representable: {exc}"))
+    return rows, skips
+
+
+def _stats(rows: list[Row]) -> dict:
+    errors = sorted(abs(r.rel_error) for r in rows)
+    if not errors:
+        return {"n": 0, "median_abs_rel_error": None, "p90_abs_rel_error": None}
+    p90 = errors[min(len(errors) - 1, int(round(0.9 * (len(errors) - 1))))]
+    return {"n": len(errors), "median_abs_rel_error": statistics.median(errors),
+            "p90_abs_rel_error": p90}
+
+
+def summary(rows: list[Row]) -> dict:
+    """Overall and per-kind (and per-metric) error statistics."""
+    out = _stats(rows)
+    out["by_kind"] = {k: _stats([r for r in rows if r.kind == k]) for k in sorted({r.kind for r in rows})}
+    out["by_metric"] = {m: _stats([r for r in rows if r.metric == m])
+                        for m in sorted({r.metric for r in rows})}
+    return out
+
+
+def report(rows: list[Row], skips: list[Skip]) -> dict:
+    """The `validate --json` object of SCHEMA.md."""
+    return {"records": [asdict(r) for r in rows], "skipped": [asdict(s) for s in skips],
+            "summary": summary(rows)}
