@@ -21,20 +21,34 @@ def _candidates(plan: TrainingPlan, model: ModelSpec) -> list[TrainingPlan]:
     out = []
     for m in mbs:
         for v in vpps:
-            if v and model.num_layers % (plan.pp * v):
+            if v and not plan.pipeline_split and model.num_layers % (plan.pp * v):
                 continue
             out.append(plan.model_copy(update={"micro_batch_size": m, "vpp": v}))
     return out
 
 
-def best_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster):
-    """The fastest fitting resolution of `plan` over open micro-batch size and vpp, with its
-    estimate; when nothing fits, the smallest-memory candidate (marked as not fitting)."""
+def _layouts(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> list[TrainingPlan]:
+    """tp x pp layouts to try when the parallel sizes were left open (non-interleaved)."""
+    world = cluster.num_gpus // plan.cp
+    out = []
+    for tp in (1, 2, 4, 8):
+        for pp in (1, 2, 4, 8, 16, 32):
+            if tp > cluster.gpus_per_node or world % (tp * pp) or model.num_layers % pp:
+                continue
+            out.append(plan.model_copy(update={"tp": tp, "pp": pp, "dp": None, "vpp": None}))
+    return out
+
+
+def best_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster, open_layout: bool = False):
+    """The fastest fitting resolution of `plan` over open micro-batch size and vpp (and, with
+    `open_layout`, tp and pp), with its estimate; when nothing fits, the candidate needing the
+    least memory."""
     from meshplan.training.estimate import estimate_step
 
     results = []
     first_error: ConfigError | None = None
-    for candidate in _candidates(plan, model):
+    layouts = _layouts(plan, model, cluster) if open_layout else [plan]
+    for candidate in (c for layout in layouts for c in _candidates(layout, model)):
         try:
             resolved = resolve_plan(candidate, model, cluster)
         except ConfigError as exc:
@@ -59,5 +73,7 @@ def _note(est, asked: TrainingPlan, why: str):
         chosen["micro_batch_size"] = f"{resolved.micro_batch_size} ({why})"
     if asked.vpp is None and resolved.pp > 1 and not asked.pipeline_split:
         chosen["vpp"] = f"{resolved.vpp} ({why})"
+    if (resolved.tp, resolved.pp) != (asked.tp, asked.pp):
+        chosen["tp, pp"] = f"{resolved.tp}, {resolved.pp} ({why})"
     plan = replace(resolved, chosen=chosen)
     return replace(est, plan=plan, memory=replace(est.memory, plan=plan))

@@ -37,7 +37,7 @@ class Skip:
 def training_rows(record: Record) -> list[Row]:
     """Rows for one training record's measured throughput, step time and peak memory."""
     case = training_case(record)
-    est = best_plan(case.plan, case.model, case.cluster)
+    est = best_plan(case.plan, case.model, case.cluster, open_layout=case.open_layout)
     predicted = {"tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
                  "step_time_s": est.step_time_s,
                  "peak_memory_gib": est.memory.peak_stage.allocator_bytes / GIB}

@@ -23,6 +23,8 @@ class TrainingCase:
     model: ModelSpec
     cluster: Cluster
     plan: TrainingPlan
+    open_layout: bool
+    """The record publishes neither tp nor pp: meshplan picks them."""
 
 
 def training_case(record: Record) -> TrainingCase:
@@ -44,4 +46,4 @@ def training_case(record: Record) -> TrainingCase:
         precision=PRECISIONS.get(t.precision or "bf16", t.precision or "bf16"),
         pipeline_split=split, framework=t.framework, capacity_factor=1.0 if t.moe_token_dispatch == "capacity" else None,
     )
-    return TrainingCase(record, spec, cluster, plan)
+    return TrainingCase(record, spec, cluster, plan, open_layout=t.tp is None and t.pp is None)
