@@ -14,9 +14,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from meshplan.cli import cluster, gpus, models, train, validate
+    from meshplan.cli import calibrate, cluster, gpus, models, train, validate
 
-    for module in (models, gpus, cluster, train, validate):
+    for module in (models, gpus, cluster, train, validate, calibrate):
         module.register(app)
 
 

@@ -23,6 +23,8 @@ class ComputeConstants:
 
     gemm_efficiency: float
     """Fraction of dense peak the largest GEMMs reach (bounded by measured maximum matmul FLOPS)."""
+    fp8_gemm_efficiency: float
+    """The same for fp8 GEMMs (their best measured fraction of the fp8 peak is lower)."""
     gemm_half_dim: float
     """A GEMM dimension at which small-dimension efficiency is halved (skinny GEMMs)."""
     attention_efficiency: float
@@ -62,7 +64,8 @@ def gemm_time(m: float, n: float, k: float, *, gpu: GPUSpec, dtype: str, c: Comp
     flops = 2.0 * m * n * k
     small = min(m, n, k)
     shape = small / (small + c.gemm_half_dim)
-    eff = c.gemm_efficiency * shape * wave_efficiency(int(m), int(n), gpu.sm_count)
+    best = c.fp8_gemm_efficiency if dtype == "fp8" else c.gemm_efficiency
+    eff = best * shape * wave_efficiency(int(m), int(n), gpu.sm_count)
     compute = flops / (gpu.peak_flops(dtype) * clock * eff)
     width = 1.0 if dtype == "fp8" else 4.0 if dtype == "fp32" else 2.0
     memory = width * (m * k + k * n + m * n) / (gpu.hbm_bandwidth_bytes_per_s * c.hbm_efficiency)

@@ -1,7 +1,7 @@
 """Training-engine constants: what a framework overlaps and what it costs beyond the kernels.
 
-Defaults below are physical guesses with their reasoning; `meshplan calibrate` fits the
-`FITTED` ones per GPU family on the calibration records and writes them to
+Defaults below are physical guesses with their reasoning; `meshplan calibrate` fits a few of
+them (see meshplan.calibrate) on the calibration records and writes them to
 `training/data/fitted_constants.yaml`, which `training_constants` applies on top.
 """
 
@@ -23,6 +23,9 @@ class TrainingConstants:
     with load-balancing losses stay 10-30% above the mean)."""
     tp_overlap_exposed: float = 0.3
     """Share of tensor-parallel communication still exposed with TP-comm overlap on."""
+    ep_overlap_exposed: float = 1.0
+    """Share of expert-parallel all-to-all time exposed (1: none hidden; Megatron-Core's
+    1F1B all-to-all overlap and DeepEP hide part of it)."""
     overlap_penalty: float = 0.1
     """Compute slowdown per second of communication overlapped with it (shared SMs, HBM)."""
     kernels_per_layer: int = 24
@@ -35,11 +38,12 @@ class TrainingConstants:
     step_overhead_s: float = 0.0
     """Fixed time per optimizer step outside the model (data loading, logging, host syncs)."""
     compute_scale: float = 1.0
-    """Fitted multiplier on all kernel time (framework efficiency relative to the microbenchmarks)."""
-
-
-FITTED = ("compute_scale", "tp_overlap_exposed", "overlap_penalty")
-"""The constants the calibration fits; the others stay at their physical defaults."""
+    """Fitted multiplier on all kernel time: how far a framework's real kernels on a GPU family
+    fall short of (or beat) the microbenchmark-bounded ideal. The product of a per-architecture
+    and a per-framework factor."""
+    layer_overhead_s: float = 0.0
+    """Fixed seconds per layer per micro-batch forward (twice in backward): host-side dispatch,
+    kernel gaps and small ops the kernel model does not list."""
 
 
 @functools.cache
@@ -49,15 +53,19 @@ def _fitted() -> dict:
             "fitted_constants.yaml").read_text()
     except FileNotFoundError:
         return {}
-    return yaml.safe_load(text).get("constants", {})
+    return yaml.safe_load(text) or {}
+
+
+def apply_fit(table: dict, framework: str, architecture: str) -> TrainingConstants:
+    """Defaults, then the fit's global values; compute_scale = architecture x framework factor."""
+    names = {f.name for f in fields(TrainingConstants)}
+    base = replace(TrainingConstants(), **{k: v for k, v in table.get("global", {}).items()
+                                           if k in names})
+    arch = table.get("architecture", {}).get(architecture, {}).get("compute_scale", 1.0)
+    fw = table.get("framework", {}).get(framework, {}).get("compute_scale", 1.0)
+    return replace(base, compute_scale=arch * fw)
 
 
 def training_constants(framework: str, architecture: str) -> TrainingConstants:
     """Constants for a framework on a GPU architecture: defaults, then fitted values."""
-    base = TrainingConstants()
-    names = {f.name for f in fields(TrainingConstants)}
-    table = _fitted()
-    for key in ("default", architecture, f"{framework}/{architecture}", framework):
-        values = {k: v for k, v in (table.get(key) or {}).items() if k in names}
-        base = replace(base, **values)
-    return base
+    return apply_fit(_fitted(), framework, architecture)

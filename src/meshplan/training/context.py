@@ -70,13 +70,14 @@ def _recompute_share(model: ModelSpec, plan: ResolvedPlan) -> float:
     return min(1.0, plan.recompute_num_layers / per_chunk)
 
 
-def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster) -> CostContext:
-    """Build the cost context of a resolved plan."""
+def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster,
+                 constants: TrainingConstants | None = None) -> CostContext:
+    """Build the cost context of a resolved plan (optionally with explicit engine constants)."""
     gpu = cluster.gpu
     return CostContext(
         model=model, plan=plan, cluster=cluster, groups=plan_groups(plan, cluster),
         c=constants_for(gpu), comm=load_constants(gpu.name),
-        k=training_constants(plan.framework, gpu.architecture),
+        k=constants or training_constants(plan.framework, gpu.architecture),
         clock=clock_factor(gpu, cluster.power_limit_w),
         tokens=plan.micro_batch_size * plan.seq_len / plan.cp,
         act_width=4.0 if plan.precision == "fp32" else 2.0,

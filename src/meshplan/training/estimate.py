@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
+from meshplan.training.constants import TrainingConstants
 from meshplan.training.context import CostContext, cost_context
 from meshplan.training.memory import MemoryEstimate, estimate_memory
 from meshplan.training.pipeline_sim import PipelineResult, StageTimes, simulate_pipeline
@@ -27,7 +28,8 @@ class StepEstimate:
     breakdown: dict[str, float]
     """Seconds on the critical stage: compute, exposed communication by kind, bubble, optimizer."""
     pipeline: PipelineResult
-    memory: MemoryEstimate
+    memory: MemoryEstimate | None
+    """Per-stage memory (None when estimated without it, e.g. while calibrating)."""
     chunks: tuple[ChunkTime, ...] = field(repr=False)
 
 
@@ -81,9 +83,10 @@ def _breakdown(ctx: CostContext, chunks, pipe: PipelineResult, dp, opt) -> dict[
 
 
 def estimate_step(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
-                  with_events: bool = False) -> StepEstimate:
+                  with_events: bool = False, constants: TrainingConstants | None = None,
+                  with_memory: bool = True) -> StepEstimate:
     """Predict one optimizer step of `plan` for `model` on `cluster`."""
-    ctx = cost_context(model, plan, cluster)
+    ctx = cost_context(model, plan, cluster, constants)
     chunks = chunk_times(ctx)
     pipe = simulate_pipeline(plan.schedule, _stage_times(ctx, chunks), plan.num_microbatches,
                              p2p_seconds(ctx), with_events=with_events)
@@ -97,5 +100,6 @@ def estimate_step(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
         tokens_per_s_per_gpu=plan.global_batch_size * plan.seq_len / step / gpus,
         mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
         breakdown=_breakdown(ctx, chunks, pipe, dp_exposed, opt), pipeline=pipe,
-        memory=estimate_memory(model, cluster, plan), chunks=tuple(chunks),
+        memory=estimate_memory(model, cluster, plan) if with_memory else None,
+        chunks=tuple(chunks),
     )

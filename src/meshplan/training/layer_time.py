@@ -126,10 +126,11 @@ def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
     dense, experts = _gemms(ctx, layer)
     attn = _attention(ctx, layer)
     mem = _memory_bound(ctx, layer)
-    tp, ep, cp = _tp_comm(ctx), _ep_comm(ctx, layer), _cp_comm(ctx, layer)
+    tp, cp = _tp_comm(ctx), _cp_comm(ctx, layer)
+    ep = _ep_comm(ctx, layer) * k.ep_overlap_exposed
     tp_exposed = tp * (k.tp_overlap_exposed if p.tp_comm_overlap else 1.0)
     cp_exposed = max(0.0, cp - attn) + k.overlap_penalty * min(cp, attn)
-    fwd_compute = dense + experts + attn + mem
+    fwd_compute = dense + experts + attn + mem + k.layer_overhead_s
     forward = fwd_compute + tp_exposed + ep + cp_exposed
     grad_gemm = 2 * (dense + experts)
     backward = grad_gemm + ctx.c.attention_backward_ratio * attn + 2 * mem

@@ -106,7 +106,14 @@ def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[in
     """Stored activations of one model chunk for one micro-batch."""
     full = plan.recompute == "full"
     budget = len(chunk) if plan.recompute_num_layers is None else plan.recompute_num_layers
-    return sum(_stored_layer_bytes(model, plan, i, full and k < budget) for k, i in enumerate(chunk))
+    cache: dict = {}
+    total = 0.0
+    for k, i in enumerate(chunk):
+        key = (model.layers[i], full and k < budget)
+        if key not in cache:
+            cache[key] = _stored_layer_bytes(model, plan, i, key[1])
+        total += cache[key]
+    return total
 
 
 def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[float, float]:
@@ -114,8 +121,9 @@ def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple
     chunks = [c for k, c in enumerate(plan.chunk_layers) if k % plan.pp == stage]
     alive = in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)
     per_chunk = sum(chunk_activation_bytes(model, plan, c) for c in chunks) / len(chunks)
-    working = max(act.layer_activation_bytes(model.layers[i], model, plan)
-                  for c in chunks for i in c)  # backward of one layer: grads or recomputation
+    distinct = {model.layers[i] for c in chunks for i in c}
+    working = max(act.layer_activation_bytes(layer, model, plan)
+                  for layer in distinct)  # backward of one layer: grads or recomputation
     return per_chunk * alive + working, alive / plan.vpp
 
 

@@ -1,0 +1,143 @@
+"""Fit the few engine constants of the step-time model on measured training runs.
+
+Fitted: a compute scale per GPU architecture (bounded below so no GEMM runs faster than the
+best measured matmul efficiency of its family) and per framework, the fixed per-layer
+overhead, the exposed share of overlapped tensor-parallel communication and the MoE load
+imbalance. Least squares on log(predicted / measured) tokens/s with a weak prior pulling
+scales to 1; micro-batch size and virtual stages are chosen once with the default constants.
+Leave-one-source-out refits without each publication and predicts it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from datetime import date
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from meshplan.costs.constants import compute_constants, upper_bound
+from meshplan.training.choose import best_plan
+from meshplan.training.constants import apply_fit
+from meshplan.training.estimate import estimate_step
+from meshplan.validate.schema import Record
+from meshplan.validate.training_records import training_case
+
+PRIOR_WEIGHT = 0.3
+GLOBALS = (("layer_overhead_s", 2e-5, 0.0, 2e-3), ("tp_overlap_exposed", 0.3, 0.0, 1.0),
+           ("ep_overlap_exposed", 0.7, 0.0, 1.0), ("moe_imbalance", 1.2, 1.0, 2.0))
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One record with its plan fixed."""
+
+    record: Record
+    model: object
+    cluster: object
+    plan: object
+    measured: float
+
+
+def prepare(records: list[Record]) -> list[Case]:
+    """Training records with measured tokens/s, each with its plan chosen once."""
+    cases = []
+    for r in records:
+        if r.kind != "training" or not r.measured.tokens_per_s_per_gpu:
+            continue
+        c = training_case(r)
+        est = best_plan(c.plan, c.model, c.cluster, open_layout=c.open_layout)
+        cases.append(Case(r, c.model, c.cluster, est.plan, r.measured.tokens_per_s_per_gpu))
+    return cases
+
+
+def _keys(cases: list[Case]) -> tuple[list[str], list[str]]:
+    archs = sorted({c.cluster.gpu.architecture for c in cases})
+    frameworks = sorted({c.plan.framework for c in cases})
+    return archs, frameworks
+
+
+def _table(theta: np.ndarray, archs: list[str], frameworks: list[str]) -> dict:
+    n_a, n_f = len(archs), len(frameworks)
+    return {
+        "architecture": {a: {"compute_scale": float(math.exp(theta[i]))} for i, a in enumerate(archs)},
+        "framework": {f: {"compute_scale": float(math.exp(theta[n_a + j]))}
+                      for j, f in enumerate(frameworks)},
+        "global": {name: float(theta[n_a + n_f + k]) for k, (name, *_) in enumerate(GLOBALS)},
+    }
+
+
+def predict(case: Case, table: dict) -> float:
+    """Tokens/s per GPU of one case under a constants table."""
+    k = apply_fit(table, case.plan.framework, case.cluster.gpu.architecture)
+    est = estimate_step(case.model, case.cluster, case.plan, constants=k, with_memory=False)
+    return est.tokens_per_s_per_gpu
+
+
+def _bounds(archs, frameworks):
+    lower, upper, start = [], [], []
+    for a in archs:
+        c = compute_constants(a)
+        ceiling = upper_bound(a, "gemm_efficiency")
+        floor = math.log(c.gemm_efficiency / ceiling) if ceiling else math.log(0.5)
+        lower.append(floor)
+        upper.append(math.log(3.0))
+        start.append(max(floor, 0.0))
+    for _ in frameworks:
+        lower.append(math.log(0.5)); upper.append(math.log(2.0)); start.append(0.0)
+    for _, init, lo, hi in GLOBALS:
+        lower.append(lo); upper.append(hi); start.append(init)
+    return np.array(start), (np.array(lower), np.array(upper))
+
+
+def fit(cases: list[Case], max_nfev: int = 200) -> dict:
+    """Least-squares fit of the constants table on `cases`."""
+    archs, frameworks = _keys(cases)
+    start, bounds = _bounds(archs, frameworks)
+    n_scales = len(archs) + len(frameworks)
+
+    def residuals(theta):
+        table = _table(theta, archs, frameworks)
+        errs = [math.log(predict(c, table) / c.measured) for c in cases]
+        return np.array(errs + list(PRIOR_WEIGHT * theta[:n_scales]))
+
+    result = least_squares(residuals, start, bounds=bounds, diff_step=1e-3, max_nfev=max_nfev)
+    return _table(result.x, archs, frameworks)
+
+
+def errors(cases: list[Case], table: dict) -> list[float]:
+    """Relative errors (predicted / measured - 1) of every case."""
+    return [predict(c, table) / c.measured - 1 for c in cases]
+
+
+def leave_one_source_out(cases: list[Case], max_nfev: int = 60) -> dict[str, list[float]]:
+    """For each source: refit without it, then predict its records."""
+    out: dict[str, list[float]] = {}
+    for source in sorted({c.record.source.get("name", "?") for c in cases}):
+        train = [c for c in cases if c.record.source.get("name", "?") != source]
+        held = [c for c in cases if c.record.source.get("name", "?") == source]
+        table = fit(train, max_nfev=max_nfev)
+        known = _keys(train)
+        for c in held:  # a held-out GPU family or framework falls back to scale 1
+            if c.cluster.gpu.architecture not in known[0] or c.plan.framework not in known[1]:
+                pass
+        out[source] = errors(held, table)
+    return out
+
+
+def summarize(errs: list[float]) -> dict:
+    """Median and p90 of absolute relative errors."""
+    a = sorted(abs(e) for e in errs)
+    return {"n": len(a), "median_abs_rel_error": statistics.median(a),
+            "p90_abs_rel_error": a[min(len(a) - 1, round(0.9 * (len(a) - 1)))]}
+
+
+def fit_document(table: dict, cases: list[Case], inputs: list[str], loso: dict | None) -> dict:
+    """The fitted-constants file: values, date, inputs and the errors they give."""
+    doc = {"fit": {"date": date.today().isoformat(), "inputs": inputs, "records": len(cases),
+                   "in_sample": summarize(errors(cases, table))}, **table}
+    if loso is not None:
+        doc["fit"]["leave_one_source_out"] = summarize([e for v in loso.values() for e in v])
+    return doc

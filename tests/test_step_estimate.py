@@ -1,0 +1,102 @@
+"""Step-time model: physical sanity of op costs, overlaps, pipelines, and the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from meshplan import Cluster, get_gpu, load_model
+from meshplan.cli.app import app
+from meshplan.costs.constants import constants_for, upper_bound
+from meshplan.costs.ops import clock_factor, gemm_time
+from meshplan.training import TrainingPlan, resolve_plan
+from meshplan.training.estimate import estimate_step
+
+L8 = load_model("llama-3.1-8b")
+L70 = load_model("llama-3.1-70b")
+runner = CliRunner()
+
+
+def step(model=L70, gpus=64, gpu="h100-sxm-80gb", power=None, **fields):
+    cluster = Cluster.build(gpu, gpus, gpu_power_limit_w=power)
+    return estimate_step(model, cluster, resolve_plan(TrainingPlan(**fields), model, cluster))
+
+
+def test_large_gemm_stays_below_the_measured_matmul_ceiling():
+    # mamf-bf16-nvidia-h100-sxm: best brute-forced shape reaches 80.3% of the dense peak
+    gpu = get_gpu("h100-sxm-80gb")
+    t = gemm_time(16384, 16384, 16384, gpu=gpu, dtype="bf16", c=constants_for(gpu))
+    achieved = 2 * 16384**3 / t / gpu.peak_flops("bf16")
+    assert achieved <= upper_bound("hopper", "gemm_efficiency")
+
+
+def test_skinny_gemm_is_memory_bound():
+    gpu = get_gpu("h100-sxm-80gb")
+    c = constants_for(gpu)
+    t = gemm_time(1, 8192, 8192, gpu=gpu, dtype="bf16", c=c)
+    weights_read = 2 * 8192 * 8192 / gpu.hbm_bandwidth_bytes_per_s
+    assert weights_read < t < 3 * weights_read
+
+
+def test_power_cap_lowers_clock_and_throughput():
+    assert clock_factor(get_gpu("h100-sxm-96gb"), 500) == pytest.approx((500 / 700) ** (1 / 3))
+    full = step(gpu="h100-sxm-96gb", tp=8, seq_len=4096, global_batch_size=64, micro_batch_size=1)
+    capped = step(gpu="h100-sxm-96gb", power=500, tp=8, seq_len=4096, global_batch_size=64,
+                  micro_batch_size=1)
+    assert capped.tokens_per_s_per_gpu < full.tokens_per_s_per_gpu
+
+
+def test_more_microbatches_shrink_the_pipeline_bubble():
+    few = step(tp=8, pp=4, global_batch_size=8, micro_batch_size=1)
+    many = step(tp=8, pp=4, global_batch_size=128, micro_batch_size=1)
+    assert many.pipeline.bubble_fraction < few.pipeline.bubble_fraction
+    assert few.pipeline.bubble_fraction == pytest.approx(3 / (4 + 3), rel=0.15)
+
+
+def test_tp_overlap_hides_communication():
+    plain = step(tp=8, tp_comm_overlap=False, global_batch_size=64, micro_batch_size=1)
+    overlapped = step(tp=8, tp_comm_overlap=True, global_batch_size=64, micro_batch_size=1)
+    assert overlapped.breakdown["tp_comm_exposed"] < plain.breakdown["tp_comm_exposed"]
+    assert overlapped.step_time_s < plain.step_time_s
+
+
+def test_full_recompute_costs_about_a_third_more():
+    base = step(model=L8, gpus=8, framework="megatron", micro_batch_size=1, global_batch_size=32)
+    full = step(model=L8, gpus=8, framework="megatron", micro_batch_size=1, global_batch_size=32,
+                recompute="full")
+    assert 1.15 < full.step_time_s / base.step_time_s < 1.45
+    assert full.hfu > full.mfu
+
+
+def test_mfu_uses_model_flops():
+    est = step(model=L8, gpus=8, micro_batch_size=1, global_batch_size=32, seq_len=4096)
+    tokens = 32 * 4096
+    flops = 3 * L8.flops_per_token_forward(4096) * tokens
+    assert est.mfu == pytest.approx(flops / (est.step_time_s * 8 * 989.4e12))
+    assert 0.2 < est.mfu < 0.8
+
+
+def test_cli_estimate_json_and_trace(tmp_path):
+    trace = tmp_path / "step.json"
+    result = runner.invoke(app, ["train", "estimate", "--model", "llama-3.1-70b", "--gpu",
+                                 "h100-sxm-80gb", "--num-gpus", "64", "--tp", "8", "--pp", "4",
+                                 "--global-batch-size", "64", "--json", "--trace", str(trace)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    for key in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "breakdown", "peak_bytes", "fits"):
+        assert key in data
+    assert "micro_batch_size" in data["chosen"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    stages = {e["pid"] for e in events if e.get("ph") == "X"}
+    assert len(stages) == 4
+    threads = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {"compute", "pp p2p", "tp comm"} <= threads
+
+
+def test_cli_estimate_table():
+    result = runner.invoke(app, ["train", "estimate", "--model", "llama-3.1-8b", "--gpu",
+                                 "h100-sxm-80gb", "--num-gpus", "8", "--recompute", "full"])
+    assert result.exit_code == 0, result.output
+    assert "tokens / s / GPU" in result.stdout and "MFU" in result.stdout

@@ -1,0 +1,87 @@
+"""`meshplan validate`: the SCHEMA.md JSON, skips with reasons, bad records, accuracy bounds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from meshplan.cli.app import app
+from tests.conftest import SHARED
+
+runner = CliRunner()
+CALIBRATION = SHARED / "run-records" / "training-calibration.yaml"
+
+TRAINING = {
+    "id": "t1", "kind": "training", "source": {"name": "test"},
+    "model": "llama-3.1-8b",
+    "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 8, "gpus_per_node": 8},
+    "training": {"framework": "megatron", "seq_length": 4096, "global_batch_size": 64,
+                 "micro_batch_size": 1, "tp": 1, "pp": 1, "recompute": "full"},
+    "measured": {"tokens_per_s_per_gpu": 8000.0, "step_time_s": 4.0},
+}
+SERVING = {
+    "id": "s1", "kind": "serving", "source": {"name": "test"}, "model": "llama-3.1-8b",
+    "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 1},
+    "serving": {"engine": "vllm", "tp": 1, "workload": {"mode": "offline", "input_len": 128,
+                                                        "output_len": 128, "num_requests": 100}},
+    "measured": {"output_tokens_per_s": 5000.0},
+}
+
+
+def write(tmp_path, records):
+    path = tmp_path / "records.yaml"
+    path.write_text(yaml.safe_dump({"schema": 1, "records": records}))
+    return path
+
+
+def test_json_report_follows_the_schema(tmp_path):
+    result = runner.invoke(app, ["validate", str(write(tmp_path, [TRAINING, SERVING])), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    rows = {r["metric"]: r for r in data["records"]}
+    assert set(rows) == {"tokens_per_s_per_gpu", "step_time_s"}
+    for row in rows.values():
+        assert set(row) == {"id", "kind", "metric", "measured", "predicted", "rel_error"}
+        assert row["rel_error"] == pytest.approx(row["predicted"] / row["measured"] - 1)
+    assert data["skipped"] == [{"id": "s1", "reason": "serving records need the serving "
+                                                      "simulator (not implemented yet)"}]
+    for key in ("n", "median_abs_rel_error", "p90_abs_rel_error", "by_kind"):
+        assert key in data["summary"]
+
+
+def test_human_table(tmp_path):
+    result = runner.invoke(app, ["validate", str(write(tmp_path, [TRAINING]))])
+    assert result.exit_code == 0, result.output
+    assert "median |err|" in result.stdout and "skipped 0 of 1" in result.stdout
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"training": {**TRAINING["training"], "tensor_parallel": 2}}, "record 't1': training.tensor_parallel"),
+    ({"kind": "inference"}, "record 't1': kind"),
+    ({"measured": {}}, "record 't1': 'measured' needs at least one key"),
+    ({"hardware": {"gpu": "h100-sxm-80gb"}}, "record 't1': hardware.num_gpus"),
+])
+def test_bad_record_names_id_and_key(tmp_path, change, message):
+    result = runner.invoke(app, ["validate", str(write(tmp_path, [{**TRAINING, **change}]))])
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_unrepresentable_record_is_skipped_with_its_reason(tmp_path):
+    bad = {**TRAINING, "id": "t2", "training": {**TRAINING["training"], "tp": 3}}
+    data = json.loads(runner.invoke(app, ["validate", str(write(tmp_path, [bad])), "--json"]).stdout)
+    assert data["skipped"][0]["id"] == "t2"
+    assert "tp=3" in data["skipped"][0]["reason"]
+
+
+@pytest.mark.skipif(not CALIBRATION.exists(), reason="../shared/run-records not beside this checkout")
+def test_training_accuracy_does_not_regress():
+    # Bounds a little above the measured figures (see the README's accuracy table).
+    data = json.loads(runner.invoke(app, ["validate", str(CALIBRATION), "--json"]).stdout)
+    tokens = data["summary"]["by_metric"]["tokens_per_s_per_gpu"]
+    assert tokens["median_abs_rel_error"] <= 0.13
+    assert tokens["p90_abs_rel_error"] <= 0.40
+    assert len(data["skipped"]) <= 0.05 * 102
