@@ -28,7 +28,7 @@ def main() -> None:
         print(f"  {e:+7.1%}  {c.record.id:58s} {c.cluster.gpu.name} {p.framework} "
               f"tp{p.tp} pp{p.pp} vpp{p.vpp} cp{p.cp} ep{p.ep} mbs{p.micro_batch_size}")
     if "--loso" in sys.argv:
-        folds = cal.leave_one_source_out(cases)
+        folds = cal.leave_one_source_out(cases, table)
         all_errs = [e for v in folds.values() for e in v]
         s = cal.summarize(all_errs)
         print(f"leave-one-source-out: median |err| {s['median_abs_rel_error']:.1%}, "

@@ -92,10 +92,20 @@ def _bounds(archs, frameworks):
     return np.array(start), (np.array(lower), np.array(upper))
 
 
-def fit(cases: list[Case], max_nfev: int = 200) -> dict:
-    """Least-squares fit of the constants table on `cases`."""
+def _theta(table: dict, archs: list[str], frameworks: list[str]) -> np.ndarray:
+    """The parameter vector of a constants table (inverse of `_table`)."""
+    values = [math.log(table["architecture"].get(a, {}).get("compute_scale", 1.0)) for a in archs]
+    values += [math.log(table["framework"].get(f, {}).get("compute_scale", 1.0)) for f in frameworks]
+    values += [table["global"].get(name, init) for name, init, *_ in GLOBALS]
+    return np.array(values)
+
+
+def fit(cases: list[Case], max_nfev: int = 200, start_from: dict | None = None) -> dict:
+    """Least-squares fit of the constants table on `cases` (optionally warm-started)."""
     archs, frameworks = _keys(cases)
     start, bounds = _bounds(archs, frameworks)
+    if start_from is not None:
+        start = np.clip(_theta(start_from, archs, frameworks), bounds[0], bounds[1])
     n_scales = len(archs) + len(frameworks)
 
     def residuals(theta):
@@ -112,17 +122,16 @@ def errors(cases: list[Case], table: dict) -> list[float]:
     return [predict(c, table) / c.measured - 1 for c in cases]
 
 
-def leave_one_source_out(cases: list[Case], max_nfev: int = 60) -> dict[str, list[float]]:
-    """For each source: refit without it, then predict its records."""
+def leave_one_source_out(cases: list[Case], full_fit: dict,
+                         max_nfev: int = 4) -> dict[str, list[float]]:
+    """For each source: refit without it (warm-started from the full fit, a few Gauss-Newton
+    steps), then predict its records. A GPU family or framework only that source has falls
+    back to a scale of 1."""
     out: dict[str, list[float]] = {}
     for source in sorted({c.record.source.get("name", "?") for c in cases}):
         train = [c for c in cases if c.record.source.get("name", "?") != source]
         held = [c for c in cases if c.record.source.get("name", "?") == source]
-        table = fit(train, max_nfev=max_nfev)
-        known = _keys(train)
-        for c in held:  # a held-out GPU family or framework falls back to scale 1
-            if c.cluster.gpu.architecture not in known[0] or c.plan.framework not in known[1]:
-                pass
+        table = fit(train, max_nfev=max_nfev, start_from=full_fit)
         out[source] = errors(held, table)
     return out
 

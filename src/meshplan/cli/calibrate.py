@@ -24,7 +24,7 @@ def calibrate(
     records = [r for path in files for r in load_records(path)]
     cases = cal.prepare(records)
     table = cal.fit(cases, max_nfev=max_nfev)
-    folds = cal.leave_one_source_out(cases) if loso else None
+    folds = cal.leave_one_source_out(cases, table) if loso else None
     doc = cal.fit_document(table, cases, [p.name for p in files], folds)
     out.write_text("# Fitted by `meshplan calibrate`; read by meshplan.training.constants.\n"
                    + yaml.safe_dump(doc, sort_keys=False))

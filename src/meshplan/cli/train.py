@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import typing
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -17,7 +18,7 @@ from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
 from meshplan.training.memory import MemoryEstimate
-from meshplan.report import chrome_trace, write_trace
+from meshplan.report import chrome_trace, text_timeline, write_trace
 from meshplan.training.choose import best_plan
 from meshplan.training.estimate import estimate_step
 from meshplan.training.estimate_report import estimate_dict, trace_extras
@@ -176,20 +177,26 @@ def register(app: typer.Typer) -> None:
 
 @train_app.command("estimate")
 @user_errors
-@with_plan_flags({"trace": (Path, typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace of the step to this file."))})
+@with_plan_flags({
+    "trace": (Path, typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace of the step.")),
+    "timeline": (bool, typer.Option(False, "--timeline", help="Print the pipeline as text.")),
+})
 def estimate(**flags) -> None:
     """Step time, tokens/s per GPU, MFU and where the time goes, for one training plan."""
-    json_out, trace = flags["json_out"], flags["trace"]
+    json_out, trace, timeline = flags["json_out"], flags["trace"], flags.pop("timeline")
     spec, cluster, plan = parse_inputs(flags)
     est = best_plan(plan, spec, cluster)
+    if trace is not None or timeline:
+        est = replace(estimate_step(spec, cluster, est.plan, with_events=True), plan=est.plan)
     if trace is not None:
-        est = estimate_step(spec, cluster, est.plan, with_events=True)
         write_trace(trace, chrome_trace(est.pipeline.events, extra=trace_extras(est),
                                         metadata={"model": spec.name, "gpu": cluster.gpu.name}))
     if json_out:
         print_json(estimate_dict(est))
         return
     render_estimate(est, f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}")
+    if timeline:
+        console.print(text_timeline(est.pipeline.events), highlight=False, soft_wrap=True)
     if trace is not None:
         console.print(f"trace written to {trace} (open in ui.perfetto.dev or chrome://tracing)")
 
