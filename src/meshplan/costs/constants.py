@@ -10,7 +10,8 @@ import yaml
 from meshplan.costs.ops import ComputeConstants
 from meshplan.hardware import GPUSpec
 
-FIELDS = ("gemm_efficiency", "fp8_gemm_efficiency", "gemm_half_dim", "attention_efficiency", "attention_backward_ratio",
+FIELDS = ("gemm_efficiency", "fp8_gemm_efficiency", "gemm_half_dim", "attention_efficiency", "fused_attention_efficiency",
+          "attention_backward_ratio",
           "hbm_efficiency", "launch_s")
 
 

@@ -28,7 +28,10 @@ class ComputeConstants:
     gemm_half_dim: float
     """A GEMM dimension at which small-dimension efficiency is halved (skinny GEMMs)."""
     attention_efficiency: float
-    """Fraction of dense peak fused (flash) attention reaches in the forward pass."""
+    """Fraction of dense peak FlashAttention-2 (PyTorch SDPA's flash backend) reaches forward."""
+    fused_attention_efficiency: float
+    """The same for the vendor-tuned kernels Transformer Engine uses (cuDNN fused attention,
+    FlashAttention-3 class on Hopper and later)."""
     attention_backward_ratio: float
     """Backward attention time / forward time at equal FLOP count efficiency (FlashAttention: 2.5x FLOPs)."""
     hbm_efficiency: float
@@ -80,11 +83,13 @@ def attention_flops(q_tokens: float, kv_tokens: float, heads: int, qk_dim: int, 
 
 
 def attention_time(flops_forward: float, *, gpu: GPUSpec, dtype: str, c: ComputeConstants,
-                   clock: float = 1.0, backward: bool = False) -> float:
-    """Seconds for fused attention forward (or its backward, 2.5x the FLOPs of the forward)."""
+                   clock: float = 1.0, backward: bool = False, vendor_kernel: bool = False) -> float:
+    """Seconds for fused attention forward (or its backward) with FlashAttention-2 or, with
+    `vendor_kernel`, the cuDNN / FlashAttention-3 class kernel."""
     if flops_forward <= 0:
         return 0.0
-    rate = gpu.peak_flops("bf16" if dtype == "fp8" else dtype) * clock * c.attention_efficiency
+    eff = c.fused_attention_efficiency if vendor_kernel else c.attention_efficiency
+    rate = gpu.peak_flops("bf16" if dtype == "fp8" else dtype) * clock * eff
     factor = c.attention_backward_ratio if backward else 1.0
     return factor * flops_forward / rate + c.launch_s
 

@@ -14,6 +14,10 @@ from meshplan.training.groups import PlanGroups, plan_groups
 from meshplan.training.resolve import ResolvedPlan
 
 
+VENDOR_ATTENTION = ("megatron", "nemo", "maxtext")
+"""Frameworks whose attention runs Transformer Engine / XLA-tuned kernels rather than FA2."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostContext:
     """A plan on a cluster, with the constants and placements its costs need."""
@@ -45,7 +49,8 @@ class CostContext:
     def attention(self, flops: float) -> float:
         """Seconds for fused attention forward doing `flops`."""
         dtype = "bf16" if self.gemm_dtype in ("fp8", "bf16") else self.gemm_dtype
-        t = attention_time(flops, gpu=self.cluster.gpu, dtype=dtype, c=self.c, clock=self.clock)
+        t = attention_time(flops, gpu=self.cluster.gpu, dtype=dtype, c=self.c, clock=self.clock,
+                           vendor_kernel=self.plan.framework in VENDOR_ATTENTION)
         return t * self.k.compute_scale
 
     def memory(self, bytes_moved: float, kernels: int = 1) -> float:

@@ -54,9 +54,16 @@ def _gemms(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
     if mlp.shared is not None:
         dense += _mlp_gemms(ctx, mlp.shared, t, p.tp)
     local = mlp.num_experts / p.ep
-    rows = t * mlp.top_k * p.etp / p.tp * ctx.k.moe_imbalance / local
+    rows = t * mlp.top_k * p.etp / p.tp * imbalance(ctx) / local
     experts = local * _mlp_gemms(ctx, mlp.expert, rows, p.etp)
     return dense, experts
+
+
+def imbalance(ctx: CostContext) -> float:
+    """Busiest expert rank's load / the mean: capped by a capacity factor (token dropping or
+    forced balance), else the fitted dropless imbalance."""
+    cap = ctx.plan.capacity_factor
+    return min(ctx.k.moe_imbalance, cap) if cap else ctx.k.moe_imbalance
 
 
 def _mlp_gemms(ctx: CostContext, mlp: DenseMLP, rows: float, split: int) -> float:
@@ -106,7 +113,7 @@ def _ep_comm(ctx: CostContext, layer: LayerSpec) -> float:
     mlp, p = layer.mlp, ctx.plan
     if not isinstance(mlp, MoEMLP) or p.ep == 1:
         return 0.0
-    routed = ctx.tokens * mlp.top_k * p.etp / p.tp * ctx.k.moe_imbalance
+    routed = ctx.tokens * mlp.top_k * p.etp / p.tp * imbalance(ctx)
     size = routed * ctx.model.hidden_size * ctx.act_width
     return 2 * collective_time("all_to_all", size, ctx.groups.ep, ctx.cluster, ctx.comm)
 

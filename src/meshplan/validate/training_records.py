@@ -44,6 +44,6 @@ def training_case(record: Record) -> TrainingCase:
         micro_batch_size=t.micro_batch_size, global_batch_size=t.global_batch_size,
         seq_len=t.seq_length, recompute=t.recompute or "none",
         precision=PRECISIONS.get(t.precision or "bf16", t.precision or "bf16"),
-        pipeline_split=split, framework=t.framework, capacity_factor=1.0 if t.moe_token_dispatch == "capacity" else None,
+        pipeline_split=split, framework=t.framework, capacity_factor=1.0 if t.moe_token_dispatch in ("capacity", "forced_balance") else None,
     )
     return TrainingCase(record, spec, cluster, plan, open_layout=t.tp is None and t.pp is None)
