@@ -22,7 +22,7 @@ from meshplan.report import chrome_trace, text_timeline, write_trace
 from meshplan.training.choose import best_plan
 from meshplan.training.estimate import estimate_step
 from meshplan.training.estimate_report import estimate_dict, trace_extras
-from meshplan.training.report import memory_dict
+from meshplan.training.memory_report import memory_dict
 
 train_app = typer.Typer(help="Training runs: memory (and, next, step time and plan search).",
                         no_args_is_help=True)
