@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshplan.costs.comm import CommConstants, load_constants
-from meshplan.costs.constants import constants_for
+from meshplan.costs.constants import constants_for, upper_bound
 from meshplan.costs.ops import ComputeConstants, attention_time, clock_factor, gemm_time, memory_time
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
@@ -75,14 +75,23 @@ def _recompute_share(model: ModelSpec, plan: ResolvedPlan) -> float:
     return min(1.0, plan.recompute_num_layers / per_chunk)
 
 
+def _bounded(k: TrainingConstants, c: ComputeConstants, architecture: str) -> TrainingConstants:
+    """Keep the fitted compute scale from pushing GEMMs past the measured matmul ceiling."""
+    ceiling = upper_bound(architecture, "gemm_efficiency")
+    floor = c.gemm_efficiency / ceiling if ceiling else 0.0
+    return replace(k, compute_scale=max(k.compute_scale, floor))
+
+
 def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster,
                  constants: TrainingConstants | None = None) -> CostContext:
     """Build the cost context of a resolved plan (optionally with explicit engine constants)."""
     gpu = cluster.gpu
+    k = _bounded(constants or training_constants(plan.framework, gpu.architecture),
+                 constants_for(gpu), gpu.architecture)
+    c = constants_for(gpu)
     return CostContext(
         model=model, plan=plan, cluster=cluster, groups=plan_groups(plan, cluster),
-        c=constants_for(gpu), comm=load_constants(gpu.name),
-        k=constants or training_constants(plan.framework, gpu.architecture),
+        c=c, comm=load_constants(gpu.name), k=k,
         clock=clock_factor(gpu, cluster.power_limit_w),
         tokens=plan.micro_batch_size * plan.seq_len / plan.cp,
         act_width=4.0 if plan.precision == "fp32" else 2.0,
