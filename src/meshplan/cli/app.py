@@ -14,9 +14,9 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from meshplan.cli import calibrate, cluster, gpus, models, train, validate
+    from meshplan.cli import calibrate, cluster, gpus, models, train, train_plan, validate
 
-    for module in (models, gpus, cluster, train, validate, calibrate):
+    for module in (models, gpus, cluster, train, train_plan, validate, calibrate):
         module.register(app)
 
 

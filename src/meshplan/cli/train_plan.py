@@ -1,0 +1,125 @@
+"""`meshplan train plan`: search the best training layout for a model on one or more clusters."""
+
+from __future__ import annotations
+
+import typer
+from rich import box
+from rich.table import Table
+
+from meshplan.cli import options as opt
+from meshplan.cli.common import console, print_json, user_errors
+from meshplan.errors import ConfigError
+from meshplan.model import load_model
+from meshplan.training import TrainingPlan
+from meshplan.training.estimate import StepEstimate
+from meshplan.training.search import SearchResult, search, why_winner
+
+GIB = 2**30
+PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding")
+
+
+def parse_counts(text: str) -> list[int]:
+    """`64`, `64,128,256` or `64-512` (powers of two in the range)."""
+    try:
+        if "-" in text:
+            low, high = (int(x) for x in text.split("-"))
+            return [n for n in (2**k for k in range(20)) if low <= n <= high]
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--num-gpus {text!r}: expected N, N,M,... or LOW-HIGH") from None
+
+
+def plan_entry(est: StepEstimate, model: str, cluster, score: float) -> dict:
+    """One ranked plan: launchable fields (model, hardware, plan) and its predicted behaviour."""
+    p = est.plan
+    fields = {k: getattr(p, k) for k in ("tp", "pp", "vpp", "dp", "cp", "ep", "etp",
+                                          "sequence_parallel", "dp_sharding", "micro_batch_size",
+                                          "global_batch_size", "seq_len", "recompute", "precision",
+                                          "schedule", "framework", "tp_comm_overlap")}
+    return {"model": model, "hardware": {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus,
+                                         "gpus_per_node": cluster.gpus_per_node},
+            "plan": fields, **fields, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
+            "step_time_s": est.step_time_s, "mfu": est.mfu, "peak_bytes": est.memory.peak_bytes,
+            "gpu_memory_bytes": est.memory.gpu_memory_bytes, "score": score}
+
+
+def plan_command(
+    model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
+    gpu: str = opt.GPU,
+    num_gpus: str = typer.Option(..., "--num-gpus", help="GPU count, a list (64,128) or a range (64-512)."),
+    gpus_per_node: int = opt.GPUS_PER_NODE,
+    seq_len: int = typer.Option(4096, help="Tokens per sequence."),
+    global_batch_size: int = typer.Option(None, help="Sequences per step."),
+    global_batch_tokens: int = typer.Option(None, help="Tokens per step (alternative to the above)."),
+    framework: str = typer.Option("megatron", help="megatron, nemo, torchtitan or deepspeed."),
+    precision: str = typer.Option("bf16", help="bf16, fp16, fp8 or fp32."),
+    tp: int = typer.Option(None, help="Pin tensor parallelism."),
+    pp: int = typer.Option(None, help="Pin pipeline parallelism."),
+    vpp: int = typer.Option(None, help="Pin virtual pipeline stages."),
+    cp: int = typer.Option(None, help="Pin context parallelism."),
+    ep: int = typer.Option(None, help="Pin expert parallelism."),
+    micro_batch_size: int = typer.Option(None, help="Pin the micro-batch size."),
+    recompute: str = typer.Option(None, help="Pin recompute (none, selective, full)."),
+    dp_sharding: str = typer.Option(None, help="Pin data-parallel sharding."),
+    objective: str = typer.Option("throughput", help="throughput, cost or time-to-train."),
+    price_per_gpu_hour: float = typer.Option(None, help="Dollars per GPU-hour (objective cost)."),
+    train_tokens: float = typer.Option(None, help="Tokens to train on (objective time-to-train)."),
+    top: int = typer.Option(5, help="Plans to show per cluster size."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Search tp, pp, vpp, cp, ep, micro-batch, recompute and sharding; rank the plans that fit."""
+    if objective not in ("throughput", "cost", "time-to-train"):
+        raise ConfigError(f"--objective {objective!r}: use throughput, cost or time-to-train")
+    spec = load_model(model)
+    if global_batch_size is None:
+        if global_batch_tokens is None:
+            raise ConfigError("give --global-batch-size (sequences) or --global-batch-tokens")
+        global_batch_size = max(1, global_batch_tokens // seq_len)
+    pinned = {k: v for k, v in locals().items() if k in PINNABLE and v is not None}
+    base = TrainingPlan(seq_len=seq_len, global_batch_size=global_batch_size,
+                        framework=framework, precision=precision)
+    entries, searches = [], []
+    for n in parse_counts(num_gpus):
+        cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None)
+        result = search(spec, cluster, base, pinned, objective=objective, top=top,
+                        price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
+        entries += [plan_entry(e, model, cluster, s) for e, s in zip(result.ranked, result.scores)]
+        searches.append(_search_dict(result, n))
+        if not json_out:
+            render(result, f"{spec.name} on {n} x {cluster.gpu.name}", cluster)
+    if json_out:
+        entries.sort(key=lambda e: e["score"])
+        print_json({"plans": entries, "search": searches[0] if len(searches) == 1 else searches})
+
+
+def _search_dict(result: SearchResult, gpus: int) -> dict:
+    return {"num_gpus": gpus, "evaluated": result.evaluated, "feasible": result.evaluated - result.rejected_memory,
+            "rejected_memory": result.rejected_memory, "rejected_invalid": result.rejected_invalid,
+            "seconds": result.seconds, "objective": result.objective}
+
+
+def render(result: SearchResult, title: str, cluster) -> None:
+    """The ranked table, why the winner wins, and the search counts."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    for col in ("#", "tp", "pp", "vpp", "cp", "ep", "mbs", "recompute", "tok/s/GPU", "MFU",
+                "step s", "GiB used"):
+        table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
+    for i, e in enumerate(result.ranked, 1):
+        p = e.plan
+        table.add_row(str(i), str(p.tp), str(p.pp), str(p.vpp), str(p.cp), str(p.ep),
+                      str(p.micro_batch_size), p.recompute, f"{e.tokens_per_s_per_gpu:,.0f}",
+                      f"{e.mfu:.1%}", f"{e.step_time_s:.2f}",
+                      f"{e.memory.peak_bytes / GIB:.0f}/{e.memory.gpu_memory_bytes / GIB:.0f}",
+                      style="bold" if i == 1 else None)
+    console.print(table)
+    console.print(why_winner(result), highlight=False, soft_wrap=True)
+    console.print(f"evaluated {result.evaluated} plans ({result.rejected_memory} do not fit, "
+                  f"{result.rejected_invalid} invalid layouts skipped) in {result.seconds:.2f} s",
+                  highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `train plan` to the `train` group."""
+    from meshplan.cli.train import train_app
+
+    train_app.command("plan")(user_errors(plan_command))

@@ -1,0 +1,127 @@
+"""Search the parallel layout of a training run: enumerate plans the framework supports, prune
+invalid and out-of-memory ones cheaply, estimate the rest, rank by the objective."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from meshplan.errors import ConfigError
+from meshplan.hardware import Cluster
+from meshplan.model.spec import ModelSpec
+from meshplan.training.estimate import StepEstimate, estimate_step
+from meshplan.training.memory import estimate_memory
+from meshplan.training.plan import TrainingPlan
+from meshplan.training.resolve import balanced_split, resolve_plan
+
+FRAMEWORK_SPACE = {
+    "megatron": {"dp_sharding": ("optimizer",), "recompute": ("none", "selective", "full")},
+    "nemo": {"dp_sharding": ("optimizer",), "recompute": ("none", "selective", "full")},
+    "torchtitan": {"dp_sharding": ("full",), "recompute": ("none", "selective", "full")},
+    "deepspeed": {"dp_sharding": ("optimizer", "gradients", "full"), "recompute": ("none", "full"),
+                  "tp": (1,), "pp": (1,), "cp": (1,)},
+}
+"""What each engine supports (the search never proposes what the engine cannot launch)."""
+POWERS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """Ranked feasible plans and what the search did."""
+
+    ranked: tuple[StepEstimate, ...]
+    evaluated: int
+    rejected_invalid: int
+    rejected_memory: int
+    seconds: float
+    objective: str
+    scores: tuple[float, ...] = field(default=())
+
+
+def _axis(pinned, default):
+    return (pinned,) if pinned is not None else default
+
+
+def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
+               pinned: dict) -> Iterator[TrainingPlan]:
+    """Every combination of open fields the framework supports (validity checked later)."""
+    space = FRAMEWORK_SPACE.get(base.framework, FRAMEWORK_SPACE["megatron"])
+    node = cluster.gpus_per_node
+    axes = {
+        "tp": _axis(pinned.get("tp"), space.get("tp", tuple(t for t in POWERS if t <= node))),
+        "pp": _axis(pinned.get("pp"), space.get("pp", POWERS)),
+        "vpp": _axis(pinned.get("vpp"), (1, 2, 4)),
+        "cp": _axis(pinned.get("cp"), space.get("cp", (1, 2, 4, 8) if base.seq_len >= 16384 else (1,))),
+        "ep": _axis(pinned.get("ep"), (1, 2, 4, 8, 16, 32, 64) if model.is_moe else (1,)),
+        "micro_batch_size": _axis(pinned.get("micro_batch_size"), (1, 2, 4, 8)),
+        "recompute": _axis(pinned.get("recompute"), space["recompute"]),
+        "dp_sharding": _axis(pinned.get("dp_sharding"), space["dp_sharding"]),
+    }
+    world = cluster.num_gpus
+    for values in itertools.product(*axes.values()):
+        fields = dict(zip(axes, values))
+        chunks = fields["pp"] * fields["vpp"]
+        if world % (fields["tp"] * fields["pp"] * fields["cp"]) or (fields["vpp"] > 1 and fields["pp"] == 1):
+            continue
+        if chunks > model.num_layers:
+            continue
+        split = None if model.num_layers % chunks == 0 else balanced_split(model.num_layers, chunks)
+        yield base.model_copy(update={**fields, "dp": None, "pipeline_split": split})
+
+
+def score(est: StepEstimate, objective: str, price_per_gpu_hour: float | None,
+          gpus: int, train_tokens: float | None) -> float:
+    """Lower is better: negative throughput, dollars per token, or seconds to train."""
+    if objective == "cost":
+        return (price_per_gpu_hour or 1.0) * gpus / 3600 / (est.tokens_per_s_per_gpu * gpus)
+    if objective == "time-to-train":
+        return (train_tokens or 1e12) / (est.tokens_per_s_per_gpu * gpus)
+    return -est.tokens_per_s_per_gpu
+
+
+def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict, *,
+           objective: str = "throughput", top: int = 5, price_per_gpu_hour: float | None = None,
+           train_tokens: float | None = None) -> SearchResult:
+    """Evaluate every supported plan, keep those that fit, rank them by `objective`."""
+    start = time.perf_counter()
+    invalid = no_memory = evaluated = 0
+    feasible: list[StepEstimate] = []
+    for plan in candidates(base, model, cluster, pinned):
+        try:
+            resolved = resolve_plan(plan, model, cluster)
+        except ConfigError:
+            invalid += 1
+            continue
+        evaluated += 1
+        memory = estimate_memory(model, cluster, resolved)
+        if not memory.fits:
+            no_memory += 1
+            continue
+        est = estimate_step(model, cluster, resolved, with_memory=False)
+        feasible.append(_with_memory(est, memory))
+    keyed = sorted(feasible, key=lambda e: score(e, objective, price_per_gpu_hour,
+                                                 cluster.num_gpus, train_tokens))
+    ranked = tuple(keyed[:top])
+    scores = tuple(score(e, objective, price_per_gpu_hour, cluster.num_gpus, train_tokens)
+                   for e in ranked)
+    return SearchResult(ranked, evaluated, invalid, no_memory, time.perf_counter() - start,
+                        objective, scores)
+
+
+def _with_memory(est: StepEstimate, memory) -> StepEstimate:
+    return replace(est, memory=memory)
+
+
+def why_winner(result: SearchResult) -> str:
+    """One line: by how much the best plan beats the runner-up, and the biggest reason."""
+    if len(result.ranked) < 2:
+        return "only one plan fits" if result.ranked else "no plan fits"
+    a, b = result.ranked[0], result.ranked[1]
+    margin = a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu - 1
+    gaps = {k: b.breakdown.get(k, 0) / b.step_time_s - a.breakdown.get(k, 0) / a.step_time_s
+            for k in a.breakdown}
+    key = max(gaps, key=gaps.get)
+    return (f"the best plan is {margin:.1%} faster than the runner-up; its largest edge: "
+            f"{gaps[key]:.1%} less of the step in {key.replace('_', ' ')}")

@@ -1,0 +1,93 @@
+"""Training plan search: only fitting, supported plans; ranking by objective; pins; CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from meshplan import Cluster, load_model
+from meshplan.cli.app import app
+from meshplan.training import TrainingPlan
+from meshplan.training.search import search, why_winner
+
+L70 = load_model("llama-3.1-70b")
+MIXTRAL = load_model("mixtral-8x7b")
+runner = CliRunner()
+
+
+def run_search(model=L70, gpus=64, pinned=None, **fields):
+    base = TrainingPlan(seq_len=4096, global_batch_size=128, **fields)
+    return search(model, Cluster.build("h100-sxm-80gb", gpus), base, pinned or {})
+
+
+def test_every_ranked_plan_fits_and_is_sorted():
+    result = run_search()
+    assert result.ranked
+    assert all(e.memory.fits for e in result.ranked)
+    speeds = [e.tokens_per_s_per_gpu for e in result.ranked]
+    assert speeds == sorted(speeds, reverse=True)
+    assert result.evaluated >= len(result.ranked) and result.rejected_memory > 0
+
+
+def test_pins_are_respected():
+    result = run_search(pinned={"tp": 8, "recompute": "full"})
+    assert {(e.plan.tp, e.plan.recompute) for e in result.ranked} == {(8, "full")}
+
+
+def test_framework_restricts_the_space():
+    result = run_search(model=load_model("llama-3.1-8b"), gpus=16, framework="deepspeed")
+    assert all(e.plan.tp == 1 and e.plan.pp == 1 for e in result.ranked)
+    assert {e.plan.dp_sharding for e in result.ranked} <= {"optimizer", "gradients", "full"}
+
+
+def test_moe_search_uses_expert_parallelism():
+    result = run_search(model=MIXTRAL, gpus=64)
+    assert any(e.plan.ep > 1 for e in result.ranked)
+
+
+def test_winner_reason_names_the_margin():
+    assert "faster than the runner-up" in why_winner(run_search())
+
+
+def test_cost_objective_ranks_by_dollars_per_token():
+    result = search(L70, Cluster.build("h100-sxm-80gb", 64),
+                    TrainingPlan(seq_len=4096, global_batch_size=128), {}, objective="cost",
+                    price_per_gpu_hour=2.0)
+    assert list(result.scores) == sorted(result.scores)
+
+
+def test_cli_json_and_counts():
+    result = runner.invoke(app, ["train", "plan", "--model", "llama-3.1-70b", "--gpu",
+                                 "h100-sxm-80gb", "--num-gpus", "64", "--seq-len", "4096",
+                                 "--global-batch-size", "128", "--top", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert len(data["plans"]) == 3
+    for key in ("tp", "pp", "tokens_per_s_per_gpu", "step_time_s", "mfu", "peak_bytes"):
+        assert key in data["plans"][0]
+    for key in ("evaluated", "feasible", "seconds"):
+        assert key in data["search"]
+
+
+def test_cli_compares_cluster_sizes():
+    result = runner.invoke(app, ["train", "plan", "--model", "llama-3.1-8b", "--gpu",
+                                 "h100-sxm-80gb", "--num-gpus", "8,16", "--global-batch-tokens",
+                                 "1048576", "--top", "1"])
+    assert result.exit_code == 0, result.output
+    assert "8 x h100-sxm-80gb" in result.stdout and "16 x h100-sxm-80gb" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--objective", "fastest"], "--objective 'fastest'"),
+    (["--num-gpus", "lots"], "--num-gpus 'lots'"),
+])
+def test_cli_bad_flags_exit_2(args, message):
+    base = ["train", "plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb",
+            "--num-gpus", "8", "--global-batch-size", "64"]
+    result = runner.invoke(app, base + args if "--num-gpus" not in args else
+                           ["train", "plan", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb",
+                            "--global-batch-size", "64", *args])
+    assert result.exit_code == 2
+    assert message in result.stderr
