@@ -91,3 +91,19 @@ def test_cli_bad_flags_exit_2(args, message):
                             "--global-batch-size", "64", *args])
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_sweep_writes_one_row_per_cell(tmp_path):
+    import csv
+
+    out = tmp_path / "sweep.csv"
+    result = runner.invoke(app, ["train", "sweep", "--models", "llama-3.1-8b,nope-model", "--gpus",
+                                 "h100-sxm-80gb", "--num-gpus", "8", "--seq-lens", "2048",
+                                 "--out", str(out), "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 2
+    by_model = {r["model"]: r for r in rows}
+    assert by_model["llama-3.1-8b"]["status"] == "ok"
+    assert float(by_model["llama-3.1-8b"]["tokens_per_s_per_gpu"]) > 0
+    assert by_model["nope-model"]["status"].startswith("error: unknown model")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich import box
 from rich.table import Table
@@ -123,3 +125,30 @@ def register(app: typer.Typer) -> None:
     from meshplan.cli.train import train_app
 
     train_app.command("plan")(user_errors(plan_command))
+    train_app.command("sweep")(user_errors(sweep_command))
+
+
+def sweep_command(
+    models: str = typer.Option(..., "--models", help="Comma-separated model names or paths."),
+    gpus: str = typer.Option(..., "--gpus", help="Comma-separated GPU catalog names."),
+    num_gpus: str = typer.Option(..., "--num-gpus", help="Sizes: N,M,... or LOW-HIGH (powers of 2)."),
+    seq_lens: str = typer.Option("4096", "--seq-lens", help="Comma-separated sequence lengths."),
+    global_batch_tokens: int = typer.Option(4 * 2**20, help="Tokens per optimizer step."),
+    framework: str = typer.Option("megatron", help="megatron, nemo, torchtitan or deepspeed."),
+    out: Path = typer.Option(Path("sweep.csv"), "--out", help="CSV file to write."),
+    workers: int = typer.Option(2, help="Worker processes."),
+) -> None:
+    """The best plan of every grid cell, searched in parallel, as a CSV table."""
+    from rich.progress import Progress
+
+    from meshplan.training.sweep import run_sweep
+
+    grid = ([m for m in models.split(",")], gpus.split(","), parse_counts(num_gpus),
+            [int(s) for s in seq_lens.split(",")])
+    total = len(grid[0]) * len(grid[1]) * len(grid[2]) * len(grid[3])
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("searching", total=total)
+        rows = run_sweep(*grid, global_batch_tokens=global_batch_tokens, framework=framework,
+                         out=out, workers=workers, progress=lambda: bar.advance(task))
+    ok = sum(r["status"] == "ok" for r in rows)
+    console.print(f"{len(rows)} cells ({ok} with a fitting plan) written to {out}", highlight=False)
