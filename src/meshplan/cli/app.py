@@ -14,9 +14,11 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from meshplan.cli import calibrate, cluster, gpus, models, train, train_plan, validate
+    from meshplan.cli import (
+        calibrate, cluster, gpus, models, train, train_export, train_plan, validate,
+    )
 
-    for module in (models, gpus, cluster, train, train_plan, validate, calibrate):
+    for module in (models, gpus, cluster, train, train_plan, train_export, validate, calibrate):
         module.register(app)
 
 

@@ -1,0 +1,53 @@
+"""`meshplan train export`: the launch config of a plan for Megatron-LM, torchtitan or DeepSpeed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+import yaml
+
+from meshplan.cli.common import user_errors
+from meshplan.errors import ConfigError
+from meshplan.export import export_plan
+from meshplan.hardware import Cluster
+from meshplan.model import load_model
+from meshplan.training import resolve_plan
+from meshplan.cli.train import build_plan
+
+
+def read_plan_file(path: Path) -> dict:
+    """A plan file ({model, hardware, plan}) or `train plan --json` output (its first plan)."""
+    try:
+        data = yaml.safe_load(path.read_text())  # JSON is YAML
+    except OSError as exc:
+        raise ConfigError(f"cannot read plan file {str(path)!r}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid JSON or YAML: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("plans"), list):
+        if not data["plans"]:
+            raise ConfigError(f"{path}: 'plans' is empty (the search found no plan that fits)")
+        data = data["plans"][0]
+    for key in ("model", "hardware", "plan"):
+        if not isinstance(data, dict) or key not in data:
+            raise ConfigError(f"{path}: expected keys model, hardware and plan (missing {key!r})")
+    return data
+
+
+def export_command(
+    target: str = typer.Option(..., "--target", help="megatron, torchtitan or deepspeed."),
+    plan: Path = typer.Option(..., "--plan", help="Plan file, or the --json output of train plan."),
+) -> None:
+    """Print the engine's launch config (command line, TOML or JSON) for a plan."""
+    data = read_plan_file(plan)
+    spec = load_model(data["model"])
+    cluster = Cluster.build(**data["hardware"])
+    resolved = resolve_plan(build_plan(**data["plan"]), spec, cluster)
+    typer.echo(export_plan(target, spec, cluster, resolved).rstrip("\n"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `train export` to the `train` group."""
+    from meshplan.cli.train import train_app
+
+    train_app.command("export")(user_errors(export_command))

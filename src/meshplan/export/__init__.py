@@ -1,0 +1,33 @@
+"""Exporters: turn a resolved plan into the launch config a real training engine accepts.
+
+One module per engine, each a pure `export(model, cluster, plan) -> str` with the engine version
+it was checked against in `TARGET_VERSION` and the source of every flag in its docstring.
+Adding an engine is one module and one line in `EXPORTERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from meshplan.errors import UnknownNameError
+from meshplan.export import deepspeed, megatron, torchtitan
+from meshplan.hardware import Cluster
+from meshplan.model.spec import ModelSpec
+from meshplan.training.resolve import ResolvedPlan
+
+Exporter = Callable[[ModelSpec, Cluster, ResolvedPlan], str]
+
+EXPORTERS: dict[str, Exporter] = {
+    "megatron": megatron.export,
+    "torchtitan": torchtitan.export,
+    "deepspeed": deepspeed.export,
+}
+
+__all__ = ["EXPORTERS", "export_plan"]
+
+
+def export_plan(target: str, model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> str:
+    """The config text of `plan` for the engine `target` (a key of EXPORTERS)."""
+    if target not in EXPORTERS:
+        raise UnknownNameError("export target", target, EXPORTERS)
+    return EXPORTERS[target](model, cluster, plan)

@@ -1,0 +1,57 @@
+"""`meshplan train export`: from `train plan --json` output or a plan file to launch configs."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+from typer.testing import CliRunner
+
+from meshplan.cli.app import app
+
+runner = CliRunner()
+PLAN = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 16},
+        "plan": {"tp": 1, "pp": 1, "dp_sharding": "full", "micro_batch_size": 2,
+                 "global_batch_size": 64, "seq_len": 8192, "recompute": "selective",
+                 "framework": "torchtitan"}}
+
+
+def export(tmp_path, target, data):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(data))
+    return runner.invoke(app, ["train", "export", "--target", target, "--plan", str(path)])
+
+
+def test_search_output_exports_to_megatron(tmp_path):
+    search = runner.invoke(app, ["train", "plan", "--model", "llama-3.1-70b", "--gpu",
+                                 "h100-sxm-80gb", "--num-gpus", "64", "--seq-len", "4096",
+                                 "--global-batch-size", "64", "--json"])
+    data = json.loads(search.stdout)
+    result = export(tmp_path, "megatron", data)
+    assert result.exit_code == 0, result.output
+    best = data["plans"][0]
+    assert f"--tensor-model-parallel-size {best['tp']}" in result.stdout
+    assert f"--pipeline-model-parallel-size {best['pp']}" in result.stdout
+
+
+def test_plan_file_exports_to_torchtitan_and_deepspeed(tmp_path):
+    toml = export(tmp_path, "torchtitan", PLAN)
+    assert toml.exit_code == 0, toml.output
+    config = tomllib.loads(toml.stdout)
+    assert config["parallelism"]["data_parallel_shard_degree"] == 16
+    ds = export(tmp_path, "deepspeed", {**PLAN, "plan": {**PLAN["plan"], "framework": "deepspeed",
+                                                         "recompute": "full"}})
+    assert ds.exit_code == 0, ds.output
+    assert json.loads(ds.stdout)["zero_optimization"]["stage"] == 3
+
+
+@pytest.mark.parametrize("target, data, message", [
+    ("megatorn", PLAN, "unknown export target 'megatorn'; closest: megatron"),
+    ("megatron", {"model": "llama-3.1-8b"}, "expected keys model, hardware and plan"),
+    ("megatron", {"plans": []}, "'plans' is empty"),
+])
+def test_bad_export_requests_exit_2(tmp_path, target, data, message):
+    result = export(tmp_path, target, data)
+    assert result.exit_code == 2
+    assert message in result.stderr

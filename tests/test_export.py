@@ -1,0 +1,203 @@
+"""Exporters: golden files per engine, engine-level invariants and unexpressible plans.
+
+Regenerate the golden files with MESHPLAN_UPDATE_GOLDEN=1 python -m pytest tests/test_export.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from meshplan import Cluster, load_model
+from meshplan.errors import ConfigError, UnknownNameError
+from meshplan.export import EXPORTERS, deepspeed, export_plan, megatron, torchtitan
+from meshplan.training import TrainingPlan, resolve_plan
+
+GOLDEN = Path(__file__).parent / "golden" / "export"
+EXTENSION = {"megatron": "sh", "torchtitan": "toml", "deepspeed": "json"}
+
+# Every pretrain_gpt.py flag the Megatron exporter may write, transcribed from
+# NVIDIA/Megatron-LM megatron/training/arguments.py @ 000c4ac24f61159c138b0975def722c65245983c
+# (group.add_argument calls in _add_network_size_args, _add_training_args,
+# _add_distributed_args, _add_checkpointing_args, _add_mixed_precision_args,
+# _add_transformer_engine_args, _add_experimental_args, _add_data_args, _add_tokenizer_args,
+# _add_moe_args, _add_mla_args, _add_vision_args).
+MEGATRON_FLAGS = {
+    "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+    "--kv-channels", "--group-query-attention", "--num-query-groups", "--max-position-embeddings",
+    "--position-embedding-type", "--rotary-base", "--use-rope-scaling", "--rope-scaling-factor",
+    "--normalization", "--swiglu", "--untie-embeddings-and-output-weights",
+    "--multi-latent-attention", "--micro-batch-size", "--global-batch-size",
+    "--recompute-granularity", "--recompute-method", "--recompute-num-layers", "--tp-comm-overlap",
+    "--disable-bias-linear", "--add-qkv-bias", "--optimizer", "--optimizer-cpu-offload",
+    "--optimizer-offload-fraction", "--sequence-parallel", "--tensor-model-parallel-size",
+    "--pipeline-model-parallel-size", "--pipeline-model-parallel-layout",
+    "--num-virtual-stages-per-pipeline-rank", "--use-distributed-optimizer",
+    "--num-distributed-optimizer-instances", "--use-megatron-fsdp",
+    "--data-parallel-sharding-strategy", "--context-parallel-size", "--use-tp-pp-dp-mapping",
+    "--ckpt-format", "--fp16", "--bf16", "--fp8-format", "--use-precision-aware-optimizer",
+    "--seq-length", "--mock-data", "--vocab-size", "--tokenizer-type",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-experts",
+    "--moe-layer-freq", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+    "--moe-grouped-gemm", "--moe-router-topk", "--moe-token-dispatcher-type",
+    "--moe-expert-capacity-factor", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+    "--qk-pos-emb-head-dim", "--v-head-dim", "--qk-layernorm",
+}
+TORCHRUN_FLAGS = {"--nproc_per_node", "--nnodes", "--node_rank", "--master_addr", "--master_port"}
+
+# name -> (model, gpus, plan fields); the framework field picks the engine's sharding default.
+PLANS = {
+    "llama70b_3d": ("llama-3.1-70b", 64, dict(
+        tp=8, pp=4, vpp=2, micro_batch_size=1, global_batch_size=64, seq_len=8192,
+        recompute="selective")),
+    "llama8b_fsdp": ("llama-3.1-8b", 16, dict(
+        dp_sharding="full", micro_batch_size=2, global_batch_size=64, seq_len=8192,
+        recompute="full")),
+    "mixtral_ep": ("mixtral-8x7b", 32, dict(
+        tp=2, pp=2, ep=8, etp=1, micro_batch_size=1, global_batch_size=128, seq_len=4096,
+        recompute="selective")),
+    "mixtral_tt_ep": ("mixtral-8x7b", 32, dict(
+        tp=2, ep=8, dp_sharding="full", micro_batch_size=1, global_batch_size=64, seq_len=4096,
+        recompute="full", framework="torchtitan")),
+    "llama70b_tt_3d": ("llama-3.1-70b", 64, dict(
+        tp=8, pp=4, vpp=2, micro_batch_size=1, global_batch_size=64, seq_len=8192,
+        recompute="selective", framework="torchtitan")),
+    "mixtral_zero3_offload": ("mixtral-8x7b", 32, dict(
+        dp_sharding="full", offload_optimizer=True, micro_batch_size=1, global_batch_size=64,
+        seq_len=4096, recompute="full", framework="deepspeed")),
+}
+GOLDEN_CASES = [
+    ("megatron", "llama70b_3d"), ("megatron", "llama8b_fsdp"), ("megatron", "mixtral_ep"),
+    ("torchtitan", "llama70b_tt_3d"), ("torchtitan", "llama8b_fsdp"),
+    ("torchtitan", "mixtral_tt_ep"),
+    ("deepspeed", "llama8b_fsdp"), ("deepspeed", "mixtral_zero3_offload"),
+]
+
+
+def build(name: str, **overrides):
+    model_name, gpus, fields = PLANS[name]
+    model, cluster = load_model(model_name), Cluster.build("h100-sxm-80gb", gpus)
+    return model, cluster, resolve_plan(TrainingPlan(**(fields | overrides)), model, cluster)
+
+
+@pytest.mark.parametrize(("target", "name"), GOLDEN_CASES)
+def test_golden(target: str, name: str) -> None:
+    text = export_plan(target, *build(name))
+    path = GOLDEN / f"{target}_{name}.{EXTENSION[target]}"
+    if os.environ.get("MESHPLAN_UPDATE_GOLDEN"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert text == path.read_text(), f"{path.name} differs; MESHPLAN_UPDATE_GOLDEN=1 rewrites it"
+
+
+def test_registry_and_versions() -> None:
+    assert set(EXPORTERS) == {"megatron", "torchtitan", "deepspeed"}
+    for module in (megatron, torchtitan, deepspeed):
+        assert module.TARGET_VERSION and "https://github.com/" in module.__doc__
+
+
+def _megatron_flags(text: str) -> list[str]:
+    return re.findall(r"(?<!\S)(--[a-z0-9_-]+)", text)
+
+
+@pytest.mark.parametrize("name", ["llama70b_3d", "llama8b_fsdp", "mixtral_ep"])
+def test_megatron_flags_are_real(name: str) -> None:
+    text = export_plan("megatron", *build(name))
+    flags = _megatron_flags(text)
+    assert flags and set(flags) <= MEGATRON_FLAGS | TORCHRUN_FLAGS, set(flags) - MEGATRON_FLAGS
+    assert len(flags) == len(set(flags)), "a flag is repeated"
+
+
+def test_megatron_extra_options_use_real_flags() -> None:
+    model, cluster, plan = build("llama70b_3d", recompute="full", recompute_num_layers=2,
+                                 precision="fp8", offload_optimizer=True, tp_comm_overlap=True,
+                                 rank_order="tp-cp-ep-pp-dp")
+    text = megatron.export(model, cluster, plan)
+    assert set(_megatron_flags(text)) <= MEGATRON_FLAGS | TORCHRUN_FLAGS
+    for flag in ("--recompute-method block", "--fp8-format hybrid", "--optimizer-cpu-offload",
+                 "--tp-comm-overlap", "--use-tp-pp-dp-mapping"):
+        assert flag in text
+    mla = load_model("deepseek-v3")
+    cluster = Cluster.build("h100-sxm-80gb", 64)
+    plan = resolve_plan(TrainingPlan(tp=8, ep=8, pipeline_split=None, seq_len=4096), mla, cluster)
+    text = megatron.export(mla, cluster, plan)
+    assert set(_megatron_flags(text)) <= MEGATRON_FLAGS | TORCHRUN_FLAGS
+    assert '--moe-layer-freq "([0]*3+[1]*58)"' in text
+
+
+def test_megatron_uneven_pipeline_uses_layout() -> None:
+    split = (18, 22, 22, 18)
+    model, cluster, plan = build("llama70b_3d", vpp=None, pipeline_split=split)
+    text = megatron.export(model, cluster, plan)
+    layout = re.search(r'--pipeline-model-parallel-layout "([^"]+)"', text).group(1)
+    stages = layout.split("|")
+    assert stages[0].startswith("E") and stages[-1].endswith("L")
+    assert [s.count("t") for s in stages] == list(split)
+    assert "--num-virtual-stages-per-pipeline-rank" not in text
+
+
+@pytest.mark.parametrize("name", ["llama70b_tt_3d", "llama8b_fsdp", "mixtral_tt_ep"])
+def test_torchtitan_degrees_multiply_to_gpus(name: str) -> None:
+    model, cluster, plan = build(name)
+    cfg = tomllib.loads(torchtitan.export(model, cluster, plan))
+    par = cfg["parallelism"]
+    product = (par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+               * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"]
+               * par["context_parallel_degree"])
+    assert product == cluster.num_gpus
+    training = cfg["training"]
+    assert training["global_batch_size"] == plan.global_batch_size
+    if plan.pp > 1:
+        assert training["local_batch_size"] == plan.micro_batch_size * plan.num_microbatches
+        assert len(par["pipeline_parallel_split_points"]) == plan.pp * plan.vpp - 1
+
+
+@pytest.mark.parametrize("name", ["llama8b_fsdp", "mixtral_zero3_offload"])
+def test_deepspeed_batch_arithmetic(name: str) -> None:
+    model, cluster, plan = build(name)
+    cfg = json.loads(deepspeed.export(model, cluster, plan))
+    assert cfg["train_batch_size"] == (cfg["train_micro_batch_size_per_gpu"]
+                                       * cfg["gradient_accumulation_steps"] * plan.dp)
+    assert cfg["zero_optimization"]["stage"] == 3
+
+
+def test_deepspeed_zero_stages() -> None:
+    stages = {}
+    for sharding in ("none", "optimizer", "gradients", "full"):
+        cfg = deepspeed.config(*build("llama8b_fsdp", dp_sharding=sharding)[::2])
+        stages[sharding] = cfg["zero_optimization"]["stage"]
+    assert stages == {"none": 0, "optimizer": 1, "gradients": 2, "full": 3}
+    cfg = deepspeed.config(*build("llama8b_fsdp", dp_shard_size=8)[::2])
+    assert cfg["zero_optimization"]["mics_shard_size"] == 8
+
+
+UNEXPRESSIBLE = [
+    ("megatron", "llama70b_3d", dict(vpp=None, schedule="gpipe")),
+    ("megatron", "llama70b_3d", dict(offload_activations=True)),
+    ("megatron", "llama8b_fsdp", dict(dp_shard_size=8)),
+    ("torchtitan", "llama8b_fsdp", dict(precision="fp16")),
+    ("torchtitan", "llama8b_fsdp", dict(dp_sharding="optimizer")),
+    ("torchtitan", "llama70b_tt_3d", dict(dp_sharding="none")),
+    ("torchtitan", "mixtral_tt_ep", dict(etp=1)),
+    ("deepspeed", "llama70b_3d", {}),
+    ("deepspeed", "mixtral_ep", dict(tp=1, pp=1, etp=None)),
+    ("deepspeed", "llama8b_fsdp", dict(precision="fp8")),
+    ("deepspeed", "llama8b_fsdp", dict(recompute="selective")),
+    ("deepspeed", "llama8b_fsdp", dict(dp_sharding="optimizer", offload_optimizer=True)),
+]
+
+
+@pytest.mark.parametrize(("target", "name", "overrides"), UNEXPRESSIBLE)
+def test_unexpressible_plans_raise(target: str, name: str, overrides: dict) -> None:
+    with pytest.raises(ConfigError):
+        export_plan(target, *build(name, **overrides))
+
+
+def test_unknown_target() -> None:
+    with pytest.raises(UnknownNameError, match="export target 'megatorn'.*megatron"):
+        export_plan("megatorn", *build("llama8b_fsdp"))
