@@ -17,6 +17,8 @@ from meshplan.training.estimate import StepEstimate
 from meshplan.training.search import SearchResult, search, why_winner
 
 GIB = 2**30
+ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
+"""dp_sharding as the ZeRO stage it corresponds to (the table's `zero` column)."""
 PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding")
 
 
@@ -36,7 +38,8 @@ def plan_entry(est: StepEstimate, model: str, cluster, score: float) -> dict:
     p = est.plan
     fields = {k: getattr(p, k) for k in ("tp", "pp", "vpp", "dp", "cp", "ep", "etp",
                                           "sequence_parallel", "dp_sharding", "micro_batch_size",
-                                          "global_batch_size", "seq_len", "recompute", "precision",
+                                          "global_batch_size", "seq_len", "recompute", "recompute_num_layers",
+                                          "offload_optimizer", "precision",
                                           "schedule", "framework", "tp_comm_overlap")}
     return {"model": model, "hardware": {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus,
                                          "gpus_per_node": cluster.gpus_per_node},
@@ -100,16 +103,23 @@ def _search_dict(result: SearchResult, gpus: int) -> dict:
             "seconds": result.seconds, "objective": result.objective}
 
 
+def _recompute(plan) -> str:
+    """`full`, or `full/k` when only k layers per chunk are recomputed."""
+    if plan.recompute == "full" and plan.recompute_num_layers is not None:
+        return f"full/{plan.recompute_num_layers}"
+    return plan.recompute
+
+
 def render(result: SearchResult, title: str, cluster) -> None:
     """The ranked table, why the winner wins, and the search counts."""
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-    for col in ("#", "tp", "pp", "vpp", "cp", "ep", "mbs", "recompute", "tok/s/GPU", "MFU",
+    for col in ("#", "tp", "pp", "vpp", "cp/ep", "zero", "mbs", "recompute", "tok/s/GPU", "MFU",
                 "step s", "GiB used"):
         table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for i, e in enumerate(result.ranked, 1):
         p = e.plan
-        table.add_row(str(i), str(p.tp), str(p.pp), str(p.vpp), str(p.cp), str(p.ep),
-                      str(p.micro_batch_size), p.recompute, f"{e.tokens_per_s_per_gpu:,.0f}",
+        table.add_row(str(i), str(p.tp), str(p.pp), str(p.vpp), f"{p.cp}/{p.ep}", ZERO[p.dp_sharding],
+                      str(p.micro_batch_size), _recompute(p), f"{e.tokens_per_s_per_gpu:,.0f}",
                       f"{e.mfu:.1%}", f"{e.step_time_s:.2f}",
                       f"{e.memory.peak_bytes / GIB:.0f}/{e.memory.gpu_memory_bytes / GIB:.0f}",
                       style="bold" if i == 1 else None)

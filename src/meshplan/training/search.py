@@ -17,11 +17,14 @@ from meshplan.training.plan import TrainingPlan
 from meshplan.training.resolve import balanced_split, resolve_plan
 
 FRAMEWORK_SPACE = {
-    "megatron": {"dp_sharding": ("optimizer",), "recompute": ("none", "selective", "full")},
-    "nemo": {"dp_sharding": ("optimizer",), "recompute": ("none", "selective", "full")},
-    "torchtitan": {"dp_sharding": ("full",), "recompute": ("none", "selective", "full")},
+    "megatron": {"dp_sharding": ("optimizer",), "recompute": ("none", "selective", "full"),
+                 "partial_recompute": True},
+    "nemo": {"dp_sharding": ("optimizer",), "recompute": ("none", "selective", "full"),
+             "partial_recompute": True},
+    "torchtitan": {"dp_sharding": ("full",), "recompute": ("none", "selective", "full"),
+                   "schedule": ("1f1b", "zero-bubble")},
     "deepspeed": {"dp_sharding": ("optimizer", "gradients", "full"), "recompute": ("none", "full"),
-                  "tp": (1,), "pp": (1,), "cp": (1,)},
+                  "tp": (1,), "pp": (1,), "cp": (1,), "offload_optimizer": (False, True)},
 }
 """What each engine supports (the search never proposes what the engine cannot launch)."""
 POWERS = (1, 2, 4, 8, 16, 32, 64)
@@ -58,6 +61,8 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
         "micro_batch_size": _axis(pinned.get("micro_batch_size"), (1, 2, 4, 8)),
         "recompute": _axis(pinned.get("recompute"), space["recompute"]),
         "dp_sharding": _axis(pinned.get("dp_sharding"), space["dp_sharding"]),
+        "schedule": _axis(pinned.get("schedule"), space.get("schedule", (None,))),
+        "offload_optimizer": space.get("offload_optimizer", (False,)),
     }
     world = cluster.num_gpus
     for values in itertools.product(*axes.values()):
@@ -67,8 +72,17 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
             continue
         if chunks > model.num_layers:
             continue
+        if fields["schedule"] == "zero-bubble" and (fields["pp"] == 1 or fields["vpp"] > 1):
+            continue
+        if fields["offload_optimizer"] and fields["dp_sharding"] == "optimizer":
+            continue  # ZeRO-Offload needs ZeRO-2 or 3
         split = None if model.num_layers % chunks == 0 else balanced_split(model.num_layers, chunks)
-        yield base.model_copy(update={**fields, "dp": None, "pipeline_split": split})
+        plan = base.model_copy(update={**fields, "dp": None, "pipeline_split": split})
+        yield plan
+        if space.get("partial_recompute") and fields["recompute"] == "full":
+            per_chunk = model.num_layers // chunks
+            if per_chunk >= 2:  # Megatron's block method: recompute only half of each chunk
+                yield plan.model_copy(update={"recompute_num_layers": per_chunk // 2})
 
 
 def score(est: StepEstimate, objective: str, price_per_gpu_hour: float | None,
