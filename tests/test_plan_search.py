@@ -107,3 +107,23 @@ def test_sweep_writes_one_row_per_cell(tmp_path):
     assert by_model["llama-3.1-8b"]["status"] == "ok"
     assert float(by_model["llama-3.1-8b"]["tokens_per_s_per_gpu"]) > 0
     assert by_model["nope-model"]["status"].startswith("error: unknown model")
+
+
+def test_no_fitting_plan_shows_the_closest_and_why():
+    result = runner.invoke(app, ["train", "plan", "--model", "llama-3.1-405b", "--gpu",
+                                 "h100-sxm-80gb", "--num-gpus", "16", "--global-batch-size", "64"])
+    assert result.exit_code == 0, result.output
+    assert "no plan fits" in result.stdout
+    assert "closest:" in result.stdout and "GiB over" in result.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--num-gpus", "8", "--tp", "8", "--pp", "8"], "pinned tp=8 x pp=8 = 64 does not divide --num-gpus 8"),
+    (["--num-gpus", "8", "--framework", "jax"], "--framework 'jax'"),
+    (["--num-gpus", "0"], "num_gpus must be a whole number of at least 1"),
+])
+def test_conflicting_or_unknown_inputs_exit_2(args, message):
+    result = runner.invoke(app, ["train", "plan", "--model", "llama-3.1-8b", "--gpu",
+                                 "h100-sxm-80gb", "--global-batch-size", "64", *args])
+    assert result.exit_code == 2
+    assert message in result.stderr

@@ -12,7 +12,7 @@ from meshplan.cli import options as opt
 from meshplan.cli.common import console, print_json, user_errors
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
-from meshplan.training import TrainingPlan
+from meshplan.cli.train import build_plan
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.search import SearchResult, search, why_winner
 
@@ -81,11 +81,12 @@ def plan_command(
             raise ConfigError("give --global-batch-size (sequences) or --global-batch-tokens")
         global_batch_size = max(1, global_batch_tokens // seq_len)
     pinned = {k: v for k, v in locals().items() if k in PINNABLE and v is not None}
-    base = TrainingPlan(seq_len=seq_len, global_batch_size=global_batch_size,
-                        framework=framework, precision=precision)
+    base = build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
+                      framework=framework, precision=precision)
     entries, searches = [], []
     for n in parse_counts(num_gpus):
         cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None)
+        check_pins(pinned, n)
         result = search(spec, cluster, base, pinned, objective=objective, top=top,
                         price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
         entries += [plan_entry(e, model, cluster, s) for e, s in zip(result.ranked, result.scores)]
@@ -97,10 +98,35 @@ def plan_command(
         print_json({"plans": entries, "search": searches[0] if len(searches) == 1 else searches})
 
 
+def check_pins(pinned: dict, gpus: int) -> None:
+    """Pinned sizes must leave a whole data-parallel degree on `gpus` GPUs."""
+    fixed = {k: pinned[k] for k in ("tp", "pp", "cp") if k in pinned}
+    product = 1
+    for v in fixed.values():
+        product *= v
+    if gpus % product:
+        factors = " x ".join(f"{k}={v}" for k, v in fixed.items())
+        raise ConfigError(f"pinned {factors} = {product} does not divide --num-gpus {gpus}; "
+                          f"unpin one or use a GPU count that is a multiple of {product}")
+
+
 def _search_dict(result: SearchResult, gpus: int) -> dict:
-    return {"num_gpus": gpus, "evaluated": result.evaluated, "feasible": result.evaluated - result.rejected_memory,
+    return {"num_gpus": gpus, "evaluated": result.evaluated,
+            "feasible": result.evaluated - result.rejected_memory,
             "rejected_memory": result.rejected_memory, "rejected_invalid": result.rejected_invalid,
-            "seconds": result.seconds, "objective": result.objective}
+            "seconds": result.seconds, "objective": result.objective,
+            "closest": [_blocked(m) for m in result.closest],
+            "invalid_reasons": list(result.invalid_reasons)}
+
+
+def _blocked(memory) -> str:
+    """What kept one too-big plan out: its layout and by how much it misses the GPU memory."""
+    p = memory.plan
+    over = (memory.peak_bytes - memory.gpu_memory_bytes) / GIB
+    return (f"tp{p.tp} pp{p.pp} vpp{p.vpp} cp{p.cp} ep{p.ep} mbs{p.micro_batch_size} "
+            f"recompute {p.recompute} zero {ZERO[p.dp_sharding]}: needs "
+            f"{memory.peak_bytes / GIB:.1f} of {memory.gpu_memory_bytes / GIB:.1f} GiB "
+            f"({over:.1f} GiB over, stage {memory.peak_stage.stage})")
 
 
 def _recompute(plan) -> str:
@@ -123,8 +149,14 @@ def render(result: SearchResult, title: str, cluster) -> None:
                       f"{e.mfu:.1%}", f"{e.step_time_s:.2f}",
                       f"{e.memory.peak_bytes / GIB:.0f}/{e.memory.gpu_memory_bytes / GIB:.0f}",
                       style="bold" if i == 1 else None)
-    console.print(table)
+    if result.ranked:
+        console.print(table)
     console.print(why_winner(result), highlight=False, soft_wrap=True)
+    if not result.ranked:
+        for memory in result.closest:
+            console.print(f"  closest: {_blocked(memory)}", highlight=False, soft_wrap=True)
+        for reason in result.invalid_reasons:
+            console.print(f"  invalid: {reason}", highlight=False, soft_wrap=True)
     console.print(f"evaluated {result.evaluated} plans ({result.rejected_memory} do not fit, "
                   f"{result.rejected_invalid} invalid layouts skipped) in {result.seconds:.2f} s",
                   highlight=False)

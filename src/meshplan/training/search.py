@@ -41,6 +41,10 @@ class SearchResult:
     seconds: float
     objective: str
     scores: tuple[float, ...] = field(default=())
+    closest: tuple = ()
+    """When nothing fits: the plans needing the least memory (MemoryEstimate each)."""
+    invalid_reasons: tuple[str, ...] = ()
+    """A few distinct reasons layouts were invalid (divisibility), for the user."""
 
 
 def _axis(pinned, default):
@@ -102,16 +106,21 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
     start = time.perf_counter()
     invalid = no_memory = evaluated = 0
     feasible: list[StepEstimate] = []
+    reasons: dict[str, None] = {}
+    too_big: list = []
     for plan in candidates(base, model, cluster, pinned):
         try:
             resolved = resolve_plan(plan, model, cluster)
-        except ConfigError:
+        except ConfigError as exc:
             invalid += 1
+            if len(reasons) < 3:
+                reasons[str(exc)] = None
             continue
         evaluated += 1
         memory = estimate_memory(model, cluster, resolved)
         if not memory.fits:
             no_memory += 1
+            too_big = sorted([*too_big, memory], key=lambda m: m.peak_bytes)[:3]
             continue
         est = estimate_step(model, cluster, resolved, with_memory=False)
         feasible.append(_with_memory(est, memory))
@@ -121,7 +130,8 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
     scores = tuple(score(e, objective, price_per_gpu_hour, cluster.num_gpus, train_tokens)
                    for e in ranked)
     return SearchResult(ranked, evaluated, invalid, no_memory, time.perf_counter() - start,
-                        objective, scores)
+                        objective, scores, closest=tuple(too_big) if not ranked else (),
+                        invalid_reasons=tuple(reasons))
 
 
 def _with_memory(est: StepEstimate, memory) -> StepEstimate:
