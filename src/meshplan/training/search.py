@@ -56,11 +56,13 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
     """Every combination of open fields the framework supports (validity checked later)."""
     space = FRAMEWORK_SPACE.get(base.framework, FRAMEWORK_SPACE["megatron"])
     node = cluster.gpus_per_node
+    layer_divisors = tuple(d for d in range(3, 129) if model.num_layers % d == 0)
+    cps = tuple(c for c in (1, 2, 4, 8, 16, 32) if c == 1 or base.seq_len // c >= 4096)
     axes = {
         "tp": _axis(pinned.get("tp"), space.get("tp", tuple(t for t in POWERS if t <= node))),
-        "pp": _axis(pinned.get("pp"), space.get("pp", POWERS)),
-        "vpp": _axis(pinned.get("vpp"), (1, 2, 4)),
-        "cp": _axis(pinned.get("cp"), space.get("cp", (1, 2, 4, 8) if base.seq_len >= 16384 else (1,))),
+        "pp": _axis(pinned.get("pp"), space.get("pp", tuple(sorted({*POWERS, *layer_divisors})))),
+        "vpp": _axis(pinned.get("vpp"), (1, 2, 4, 8)),
+        "cp": _axis(pinned.get("cp"), space.get("cp", cps)),
         "ep": _axis(pinned.get("ep"), (1, 2, 4, 8, 16, 32, 64) if model.is_moe else (1,)),
         "micro_batch_size": _axis(pinned.get("micro_batch_size"), (1, 2, 4, 8)),
         "recompute": _axis(pinned.get("recompute"), space["recompute"]),
