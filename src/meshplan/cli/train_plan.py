@@ -41,6 +41,8 @@ def plan_entry(est: StepEstimate, model: str, cluster, score: float) -> dict:
                                           "global_batch_size", "seq_len", "recompute", "recompute_num_layers",
                                           "offload_optimizer", "precision",
                                           "schedule", "framework", "tp_comm_overlap")}
+    sizes = [len(c) for c in p.chunk_layers]
+    fields["pipeline_split"] = sizes if len(set(sizes)) > 1 else None
     return {"model": model, "hardware": {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus,
                                          "gpus_per_node": cluster.gpus_per_node},
             "plan": fields, **fields, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
