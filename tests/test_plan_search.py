@@ -127,3 +127,28 @@ def test_conflicting_or_unknown_inputs_exit_2(args, message):
                                  "h100-sxm-80gb", "--global-batch-size", "64", *args])
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+SANITY_RECORDS = ("nemo2407-pretrain-llama2-7b", "mbridge-25.11-pretrain-llama3-8b-h100-8gpu-fp8-cs",
+                  "torchtitan-t3-llama31-8b-128gpu-fsdp")
+
+
+@pytest.mark.parametrize("record_id", SANITY_RECORDS)
+def test_search_matches_or_beats_published_layouts(record_id):
+    # The published layout of a vendor-tuned recipe must not beat meshplan's pick under
+    # meshplan's own model (benchmarks/plan_sanity.py runs this over every record: 99/99).
+    from meshplan.training.choose import best_plan
+    from meshplan.validate.records import load_records
+    from meshplan.validate.training_records import training_case
+    from tests.conftest import SHARED
+
+    path = SHARED / "run-records" / "training-calibration.yaml"
+    if not path.exists():
+        pytest.skip("../shared/run-records not beside this checkout")
+    record = next(r for r in load_records(path) if r.id == record_id)
+    case = training_case(record)
+    published = best_plan(case.plan, case.model, case.cluster)
+    base = case.plan.model_copy(update={"tp": 1, "pp": 1, "vpp": None, "cp": 1, "ep": 1, "dp": None,
+                                        "micro_batch_size": None, "pipeline_split": None})
+    best = search(case.model, case.cluster, base, {}, top=1).ranked[0]
+    assert best.tokens_per_s_per_gpu >= 0.999 * published.tokens_per_s_per_gpu
