@@ -26,7 +26,7 @@ def test_gpt2_small_parameter_count_is_exact():
 
 def test_dense_flops_are_two_per_weight_plus_attention(llama_8b_config):
     m = from_config(llama_8b_config)
-    h, s, layers = 4096, 2048, 32
+    s, layers = 2048, 32
     matmul_weights = m.params_total - m.params_embedding - 4096 * 65  # minus 65 RMSNorms
     attn_full = 2 * 32 * 256 * s * layers  # QK^T and AV over 32 heads of 128
     assert m.flops_per_token_forward(s, causal=False) == 2 * matmul_weights + attn_full

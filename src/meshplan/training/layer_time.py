@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.costs.comm import collective_time
-from meshplan.costs.ops import attention_flops, attention_time, gemm_time, memory_time
+from meshplan.costs.ops import attention_flops
 from meshplan.model.counts import mean_visible_keys
 from meshplan.model.spec import DenseMLP, LayerSpec, MoEMLP
 from meshplan.training.context import CostContext
