@@ -11,7 +11,6 @@ Leave-one-source-out refits without each publication and predicts it.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from datetime import date
 
@@ -22,6 +21,7 @@ from meshplan.costs.constants import compute_constants, upper_bound
 from meshplan.training.choose import best_plan
 from meshplan.training.constants import apply_fit
 from meshplan.training.estimate import estimate_step
+from meshplan.validate.run import error_stats
 from meshplan.validate.schema import Record
 from meshplan.validate.training_records import training_case
 
@@ -137,10 +137,8 @@ def leave_one_source_out(cases: list[Case], full_fit: dict,
 
 
 def summarize(errs: list[float]) -> dict:
-    """Median and p90 of absolute relative errors."""
-    a = sorted(abs(e) for e in errs)
-    return {"n": len(a), "median_abs_rel_error": statistics.median(a),
-            "p90_abs_rel_error": a[min(len(a) - 1, round(0.9 * (len(a) - 1)))]}
+    """Median and p90 of absolute relative errors (validate's definition)."""
+    return error_stats(errs)
 
 
 def fit_document(table: dict, cases: list[Case], inputs: list[str], loso: dict | None) -> dict:

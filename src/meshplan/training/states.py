@@ -67,7 +67,7 @@ class StageParams:
     """The largest FSDP unit per GPU (a layer, the embedding or the LM head), unsharded."""
 
 
-def _layer_split(model: ModelSpec, i: int, plan: ResolvedPlan) -> tuple[float, float]:
+def layer_split(model: ModelSpec, i: int, plan: ResolvedPlan) -> tuple[float, float]:
     """(dense, expert) parameters of layer i per GPU."""
     lp = counts.layer_params(model.layers[i], model)
     dense = (lp.attention + lp.mlp + lp.shared_experts) / plan.tp + lp.router + lp.norms
@@ -78,7 +78,7 @@ def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParam
     """Parameters per GPU on pipeline stage `stage`, including embedding and LM head."""
     dense = expert = unit = 0.0
     for i in plan.stage_layers(stage):
-        d, e = _layer_split(model, i, plan)
+        d, e = layer_split(model, i, plan)
         dense, expert, unit = dense + d, expert + e, max(unit, d + e)
     vocab = model.vocab_size * model.hidden_size / plan.tp
     if stage == 0:

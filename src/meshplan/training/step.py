@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from meshplan.costs.comm import collective_time, p2p_time
 from meshplan.training.context import CostContext
 from meshplan.training.layer_time import LayerTime, layer_time
-from meshplan.training.states import stage_params
+from meshplan.training.states import layer_split, stage_params, state_bytes
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0
 """Adam step traffic: read fp32 master, grad, two moments (16); write master, moments (12);
@@ -55,21 +55,11 @@ def _fsdp_exposed(ctx: CostContext, layers: list, compute: float) -> float:
     p = ctx.plan
     if p.dp_sharding != "full" or ctx.groups.shard.size == 1:
         return 0.0
-    params = sum(stage_layer_params(ctx, i) for i in layers)
+    params = sum(sum(layer_split(ctx.model, i, p)) for i in layers)
     gathers = 2 if p.pp == 1 else 0  # pipelined FSDP keeps units unsharded within the step
     size = params * ctx.act_width
     comm = gathers * collective_time("all_gather", size, ctx.groups.shard, ctx.cluster, ctx.comm)
     return max(0.0, comm - compute) + ctx.k.overlap_penalty * min(comm, compute)
-
-
-def stage_layer_params(ctx: CostContext, index: int) -> float:
-    """Parameters per GPU of decoder layer `index` (after the tp / ep split)."""
-    from meshplan.model import counts
-
-    lp = counts.layer_params(ctx.model.layers[index], ctx.model)
-    p = ctx.plan
-    dense = (lp.attention + lp.mlp + lp.shared_experts) / p.tp + lp.router + lp.norms
-    return dense + lp.routed_experts / (p.ep * p.etp)
 
 
 def chunk_times(ctx: CostContext) -> list[ChunkTime]:
@@ -106,7 +96,7 @@ def dp_seconds(ctx: CostContext, stage: int, overlap_window: float) -> tuple[flo
     if group.size == 1:
         return 0.0, 0.0
     params = stage_params(ctx.model, p, stage)
-    grad_width = 2.0 if p.framework in ("nemo", "deepspeed") else 4.0
+    grad_width = state_bytes(p, ctx.model.hidden_size).gradients
     size = (params.dense + params.expert) * grad_width
     if p.dp_sharding == "none":
         total = collective_time("all_reduce", size, group, ctx.cluster, ctx.comm)

@@ -66,13 +66,18 @@ def predict(records: list[Record]) -> tuple[list[Row], list[Skip]]:
     return rows, skips
 
 
-def _stats(rows: list[Row]) -> dict:
-    errors = sorted(abs(r.rel_error) for r in rows)
+def error_stats(rel_errors: list[float]) -> dict:
+    """Count, median and p90 of absolute relative errors."""
+    errors = sorted(abs(e) for e in rel_errors)
     if not errors:
         return {"n": 0, "median_abs_rel_error": None, "p90_abs_rel_error": None}
     p90 = errors[min(len(errors) - 1, int(round(0.9 * (len(errors) - 1))))]
     return {"n": len(errors), "median_abs_rel_error": statistics.median(errors),
             "p90_abs_rel_error": p90}
+
+
+def _stats(rows: list[Row]) -> dict:
+    return error_stats([r.rel_error for r in rows])
 
 
 def summary(rows: list[Row]) -> dict:
