@@ -42,14 +42,23 @@ def test_json_report_follows_the_schema(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     rows = {r["metric"]: r for r in data["records"]}
-    assert set(rows) == {"tokens_per_s_per_gpu", "step_time_s"}
+    assert set(rows) == {"tokens_per_s_per_gpu", "step_time_s", "output_tokens_per_s"}
+    assert rows["output_tokens_per_s"]["kind"] == "serving"
     for row in rows.values():
         assert set(row) == {"id", "kind", "metric", "measured", "predicted", "rel_error"}
         assert row["rel_error"] == pytest.approx(row["predicted"] / row["measured"] - 1)
-    assert data["skipped"] == [{"id": "s1", "reason": "serving records need the serving "
-                                                      "simulator (not implemented yet)"}]
+    assert data["skipped"] == []
+    assert set(data["summary"]["by_kind"]) == {"training", "serving"}
     for key in ("n", "median_abs_rel_error", "p90_abs_rel_error", "by_kind"):
         assert key in data["summary"]
+
+
+def test_serving_record_measuring_only_capacity_is_skipped_with_reason(tmp_path):
+    record = {**SERVING, "measured": {"max_request_rate_under_slo": 3.0}}
+    result = runner.invoke(app, ["validate", str(write(tmp_path, [record])), "--json"])
+    assert result.exit_code == 0, result.output
+    (skip,) = json.loads(result.stdout)["skipped"]
+    assert skip["id"] == "s1" and "max_request_rate_under_slo" in skip["reason"]
 
 
 def test_human_table(tmp_path):

@@ -59,19 +59,26 @@ def wave_efficiency(m: int, n: int, sms: int) -> float:
     return tiles / (waves * sms)
 
 
+LOW_PRECISION = ("fp8", "int8", "fp4")
+"""Compute dtypes whose GEMMs reach `fp8_gemm_efficiency` of their peak, not `gemm_efficiency`."""
+
+
 def gemm_time(m: float, n: float, k: float, *, gpu: GPUSpec, dtype: str, c: ComputeConstants,
-              clock: float = 1.0, count: int = 1) -> float:
-    """Seconds for `count` GEMMs of (m x k) @ (k x n) in `dtype` (bf16/fp16/fp8/fp32)."""
+              clock: float = 1.0, count: int = 1, weight_width: float | None = None) -> float:
+    """Seconds for `count` GEMMs of (m x k) @ (k x n) computed in `dtype`
+    (bf16/fp16/fp8/int8/fp4/fp32). `weight_width` is the stored bytes per element of the
+    (k x n) weight when it differs from the compute dtype (weight-only quantization)."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     flops = 2.0 * m * n * k
     small = min(m, n, k)
     shape = small / (small + c.gemm_half_dim)
-    best = c.fp8_gemm_efficiency if dtype == "fp8" else c.gemm_efficiency
+    best = c.fp8_gemm_efficiency if dtype in LOW_PRECISION else c.gemm_efficiency
     eff = best * shape * wave_efficiency(int(m), int(n), gpu.sm_count)
     compute = flops / (gpu.peak_flops(dtype) * clock * eff)
-    width = 1.0 if dtype == "fp8" else 4.0 if dtype == "fp32" else 2.0
-    memory = width * (m * k + k * n + m * n) / (gpu.hbm_bandwidth_bytes_per_s * c.hbm_efficiency)
+    width = {"fp8": 1.0, "int8": 1.0, "fp4": 0.5, "fp32": 4.0}.get(dtype, 2.0)
+    weights = k * n * (width if weight_width is None else weight_width)
+    memory = (width * (m * k + m * n) + weights) / (gpu.hbm_bandwidth_bytes_per_s * c.hbm_efficiency)
     return count * (max(compute, memory) + c.launch_s)
 
 

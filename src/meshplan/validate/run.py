@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from meshplan.errors import ConfigError
 from meshplan.training.choose import best_plan
 from meshplan.validate.schema import Record
+from meshplan.validate.serving_records import SERVING_METRICS, predict_serving, serving_case
 from meshplan.validate.training_records import training_case
 
 GIB = 2**30
@@ -50,17 +51,24 @@ def training_rows(record: Record) -> list[Row]:
     return rows
 
 
+def serving_rows(record: Record) -> list[Row]:
+    """Rows for one serving record's measured throughputs and latencies (simulated)."""
+    measured = {k: getattr(record.measured, k) for k in SERVING_METRICS}
+    if not any(measured.values()):
+        raise ConfigError("the record measures only max_request_rate_under_slo, which needs "
+                          "the capacity search (serve plan), not one simulation")
+    predicted = predict_serving(serving_case(record))
+    return [Row(record.id, "serving", k, v, predicted[k], predicted[k] / v - 1)
+            for k, v in measured.items() if v and predicted[k] == predicted[k]]
+
+
 def predict(records: list[Record]) -> tuple[list[Row], list[Skip]]:
     """Rows for every record meshplan can represent; skips with a specific reason otherwise."""
     rows: list[Row] = []
     skips: list[Skip] = []
     for record in records:
-        if record.kind == "serving":
-            skips.append(Skip(record.id, "serving records need the serving simulator "
-                                         "(not implemented yet)"))
-            continue
         try:
-            rows += training_rows(record)
+            rows += serving_rows(record) if record.kind == "serving" else training_rows(record)
         except ConfigError as exc:
             skips.append(Skip(record.id, f"plan not representable: {exc}"))
     return rows, skips

@@ -1,0 +1,176 @@
+"""`meshplan serve simulate`: replay a workload through a simulated serving deployment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from meshplan.cli import options as opt
+from meshplan.cli.common import console, err_console, print_json, user_errors
+from meshplan.errors import ConfigError
+from meshplan.model import load_model
+from meshplan.serving.metrics import SLO
+from meshplan.serving.plan import Disaggregation, ServingPlan
+from meshplan.serving.simulate import SimulationResult, simulate
+from meshplan.serving.traces import read_trace
+from meshplan.serving.workload import Workload, WorkloadSpec, synthesize
+
+serve_app = typer.Typer(help="Serving deployments: simulate traffic, plan, export launch commands.",
+                        no_args_is_help=True)
+
+
+def _help(field: str) -> str:
+    return ServingPlan.model_fields[field].description or ""
+
+
+def build_serving_plan(**fields) -> ServingPlan:
+    """A ServingPlan from CLI values; a bad value becomes one message naming the flag."""
+    dis = {k: fields.pop(k) for k in ("prefill_gpus", "decode_gpus", "prefill_tp", "decode_tp")}
+    try:
+        if any(v is not None for v in dis.values()):
+            if dis["prefill_gpus"] is None or dis["decode_gpus"] is None:
+                raise ConfigError("disaggregation needs both --prefill-gpus and --decode-gpus")
+            fields["disaggregated"] = Disaggregation(**{k: v for k, v in dis.items() if v is not None})
+        return ServingPlan(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = "--" + str(err["loc"][0] if err["loc"] else "plan").replace("_", "-")
+        raise ConfigError(f"{flag} {err.get('input')!r}: {err['msg']}") from None
+
+
+def build_workload(trace: Path | None, trace_format: str | None, on_error: str, time_scale: float,
+                   seed: int, **spec) -> Workload:
+    """The workload: a trace file, or a synthetic spec from the workload flags."""
+    if trace is not None:
+        if trace_format is None:
+            raise ConfigError("--trace needs --trace-format (burstgpt, azure or mooncake)")
+        return read_trace(trace, trace_format, on_error=on_error, time_scale=time_scale,
+                          max_requests=spec.get("num_requests"))
+    return synthesize(WorkloadSpec(**spec), seed=seed)
+
+
+def _arrival(offline: bool, request_rate: float | None, concurrency: int | None, burstiness: float | None) -> str:
+    chosen = [name for name, on in (("--offline", offline), ("--request-rate", request_rate is not None),
+                                    ("--concurrency", concurrency is not None)) if on]
+    if len(chosen) > 1:
+        raise ConfigError(f"choose one arrival mode, got {' and '.join(chosen)}")
+    if concurrency is not None:
+        return "concurrency"
+    if request_rate is not None:
+        return "gamma" if burstiness not in (None, 1.0) else "poisson"
+    return "offline"
+
+
+def _run(model, cluster, plan, workload, slo, show_progress: bool) -> SimulationResult:
+    if not show_progress:
+        return simulate(model, cluster, plan, workload, slo=slo)
+    columns = (TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task("requests", total=len(workload.requests))
+        return simulate(model, cluster, plan, workload, slo=slo,
+                        progress=lambda done, total: bar.update(task, completed=done))
+
+
+@serve_app.command("simulate")
+@user_errors
+def simulate_cmd(
+    model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
+    gpu: str = opt.GPU,
+    num_gpus: int = typer.Option(None, "--num-gpus", help="GPUs available (default: what the plan uses)."),
+    gpus_per_node: int = opt.GPUS_PER_NODE, inter_node_gbps_per_gpu: float = opt.INTER_NODE_GBPS,
+    engine: str = typer.Option("vllm", help=_help("engine")),
+    tp: int = typer.Option(1, help=_help("tp")), pp: int = typer.Option(1, help=_help("pp")),
+    ep: int = typer.Option(1, help=_help("ep")), dp: int = typer.Option(1, help=_help("dp")),
+    replicas: int = typer.Option(1, help=_help("replicas")),
+    router: str = typer.Option("round-robin", help=_help("router")),
+    weights_dtype: str = typer.Option("bf16", help=_help("weights_dtype")),
+    kv_cache_dtype: str = typer.Option("auto", help=_help("kv_cache_dtype")),
+    max_num_seqs: int = typer.Option(None, help=_help("max_num_seqs")),
+    max_num_batched_tokens: int = typer.Option(None, help=_help("max_num_batched_tokens")),
+    gpu_memory_utilization: float = typer.Option(None, help=_help("gpu_memory_utilization")),
+    prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help=_help("prefix_caching")),
+    chunked_prefill: bool = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", help=_help("chunked_prefill")),
+    speculative_tokens: int = typer.Option(0, help=_help("speculative_tokens")),
+    acceptance_rate: float = typer.Option(None, help=_help("acceptance_rate")),
+    prefill_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the prefill pool."),
+    decode_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the decode pool."),
+    prefill_tp: int = typer.Option(None, help="Disaggregated: TP of each prefill instance."),
+    decode_tp: int = typer.Option(None, help="Disaggregated: TP of each decode instance."),
+    dataset: str = typer.Option("random", help="Lengths: fixed, random, sharegpt, normal, lognormal."),
+    input_len: int = typer.Option(None, help="Prompt tokens (fixed value, random centre, or mean)."),
+    output_len: int = typer.Option(None, help="Output tokens (fixed value, random centre, or mean)."),
+    range_ratio: float = typer.Option(None, help="random: lengths uniform in [L(1-r), L(1+r)]."),
+    request_rate: float = typer.Option(None, help="Open-loop arrivals, requests/s (Poisson, or gamma with --burstiness)."),
+    burstiness: float = typer.Option(None, help="Gamma shape of inter-arrivals (< 1 burstier; 1 = Poisson)."),
+    concurrency: int = typer.Option(None, help="Closed loop: this many clients, each sending when its last ends."),
+    offline: bool = typer.Option(False, "--offline", help="All requests at t=0 (the default arrival mode)."),
+    num_requests: int = typer.Option(None, help="Requests to simulate (default 1000; with --trace: at most this many)."),
+    shared_prefix_len: int = typer.Option(None, help="Tokens of a system prompt shared by requests."),
+    num_prefixes: int = typer.Option(None, help="Distinct shared system prompts."),
+    turns: int = typer.Option(None, help="Turns per multi-turn session."),
+    trace: Path = typer.Option(None, "--trace", help="Replay this trace file instead of a synthetic workload."),
+    trace_format: str = typer.Option(None, help="Trace format: burstgpt, azure or mooncake."),
+    on_error: str = typer.Option("stop", help="Malformed trace rows: stop (error) or skip (and report)."),
+    time_scale: float = typer.Option(1.0, help="Trace replay: multiply inter-arrival times by this."),
+    slo_ttft_ms: float = typer.Option(None, help="Goodput SLO on time to first token, ms."),
+    slo_tpot_ms: float = typer.Option(None, help="Goodput SLO on time per output token, ms."),
+    slo_e2e_ms: float = typer.Option(None, help="Goodput SLO on end-to-end latency, ms."),
+    seed: int = typer.Option(0, help="Random seed of the synthetic workload."),
+    json_out: bool = typer.Option(False, "--json", help="Print metrics and simulation stats as JSON."),
+    requests_csv: Path = typer.Option(None, help="Write one CSV row per request here."),
+    trace_out: Path = typer.Option(None, help="Write a Chrome/Perfetto trace of the iterations here."),
+) -> None:
+    """Simulate a deployment under traffic: TTFT, TPOT, ITL, E2E, throughput and goodput."""
+    plan = build_serving_plan(
+        engine=engine, tp=tp, pp=pp, ep=ep, dp=dp, replicas=replicas, router=router,
+        weights_dtype=weights_dtype, kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, gpu_memory_utilization=gpu_memory_utilization,
+        prefix_caching=prefix_caching, chunked_prefill=chunked_prefill,
+        speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
+        prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp)
+    spec_model = load_model(model)
+    cluster = opt.build_cluster(gpu, num_gpus or plan.num_gpus, gpus_per_node, None, inter_node_gbps_per_gpu, None)
+    workload = build_workload(
+        trace, trace_format, on_error, time_scale, seed,
+        arrival=_arrival(offline, request_rate, concurrency, burstiness), request_rate=request_rate,
+        burstiness=burstiness, concurrency=concurrency, num_requests=num_requests, dataset=dataset,
+        input_len=input_len, output_len=output_len, range_ratio=range_ratio,
+        shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns)
+    slo = None
+    if any(v is not None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)):
+        slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2e_ms=slo_e2e_ms)
+    result = _run(spec_model, cluster, plan, workload, slo, show_progress=not json_out and len(workload.requests) >= 5000)
+    _write_outputs(result, requests_csv, trace_out)
+    if json_out:
+        print_json(result.to_dict())
+        return
+    _render(result, workload)
+
+
+def _write_outputs(result: SimulationResult, requests_csv: Path | None, trace_out: Path | None) -> None:
+    from meshplan.serving.outputs import write_iterations_trace, write_requests_csv
+
+    if requests_csv is not None:
+        write_requests_csv(result.records, requests_csv)
+    if trace_out is not None:
+        write_iterations_trace(result.log, trace_out)
+
+
+def _render(result: SimulationResult, workload: Workload) -> None:
+    for pool in result.to_dict()["deployment"]:
+        console.print(
+            f"[bold]{pool['role']}[/] x{pool['replicas']}: tp={pool['tp']} pp={pool['pp']} ep={pool['ep']} "
+            f"max_num_seqs={pool['max_num_seqs']} max_num_batched_tokens={pool['max_num_batched_tokens']} "
+            f"KV {pool['kv_cache_gib']:.1f} GiB = {pool['kv_tokens']:,} tokens/replica")
+    console.print(f"workload: {workload.description}")
+    console.print(result.metrics)
+    console.print(f"simulated {result.simulated_s:,.1f} s of traffic ({len(result.records):,} requests, "
+                  f"{result.iterations:,} iterations) in {result.wall_s:.2f} s wall")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `serve` to the root app."""
+    app.add_typer(serve_app, name="serve")

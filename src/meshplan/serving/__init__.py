@@ -1,0 +1,1 @@
+"""Serving: workloads, the engine simulator, cluster routing and serving metrics."""

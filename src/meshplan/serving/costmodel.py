@@ -1,0 +1,198 @@
+"""Time of one engine iteration on one replica, from the shared op and collective costs.
+
+An iteration runs every scheduled token (prefill chunks and one token per decoding request)
+through the model once: GEMMs over all batched tokens with one read of the weights, prefill
+attention over each chunk's context, decode attention reading each request's KV cache, the
+tensor-parallel all-reduces, expert all-to-alls, and the LM head on the rows that sample.
+The token-count dependent part is memoised per token count (iterations repeat the same sizes),
+so one call costs a dictionary look-up and a few multiplications.
+
+Pipeline parallelism: the batch is split into pp micro-batches that flow through the stages
+together, so a step takes pp x the stage time of 1/pp of the batch (plus the stage hand-offs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from meshplan.costs.comm import collective_time, p2p_time
+from meshplan.costs.constants import constants_for
+from meshplan.costs.ops import attention_time, gemm_time, memory_time
+from meshplan.costs.placement import group_placement
+from meshplan.hardware import Cluster
+from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
+from meshplan.serving.constants import EngineConstants
+from meshplan.serving.memory import KVLayout, stage_layers, weight_bits
+from meshplan.serving.plan import ServingPlan
+
+
+def compute_dtype(plan: ServingPlan, cluster: Cluster) -> str:
+    """GEMM compute dtype: W8A8 fp8/int8 and W4A4 fp4 where the GPU has the peak, else 16-bit
+    (weight-only quantization dequantizes into bf16/fp16 GEMMs)."""
+    want = plan.weights_dtype
+    if want in ("fp8", "int8", "fp4") and want in cluster.gpu.dtypes:
+        return want
+    if want == "fp4" and "fp8" in cluster.gpu.dtypes:
+        return "fp8"
+    return "fp16" if want == "fp16" else "bf16"
+
+
+class IterationCost:
+    """Seconds of one iteration of a replica as a function of the batch it runs."""
+
+    def __init__(self, model: ModelSpec, cluster: Cluster, plan: ServingPlan, kv: KVLayout,
+                 engine: EngineConstants):
+        self.model, self.cluster, self.plan, self.kv, self.k = model, cluster, plan, kv, engine
+        self.c = constants_for(cluster.gpu)
+        self.dtype = compute_dtype(plan, cluster)
+        self.wwidth = weight_bits(plan.weights_dtype) / 8
+        self.layers = Counter(stage_layers(model, plan.pp))
+        self.num_layers = sum(self.layers.values())
+        self._memo: dict[int, float] = {}
+        self._groups()
+        self._attention_rates()
+
+    def _groups(self) -> None:
+        p = self.plan
+        sizes = {"tp": p.tp, "dp": p.dp, "pp": p.pp}
+        self.tp_group = group_placement(sizes, "tp-dp-pp", ("tp",), self.cluster)
+        self.ep_group = group_placement(sizes, "tp-dp-pp", ("tp", "dp"), self.cluster)
+
+    def _attention_rates(self) -> None:
+        gpu = self.cluster.gpu
+        self.kv_read_s_per_byte = 1.0 / (gpu.hbm_bandwidth_bytes_per_s * self.k.kv_read_efficiency)
+        full = [l for l in self.layers.elements() if not _window(l)]
+        windowed = [l for l in self.layers.elements() if _window(l)]
+        self.full_flops_per_pair = sum(_pair_flops(l, self.plan.tp) for l in full)
+        self.win_flops_per_pair = sum(_pair_flops(l, self.plan.tp) for l in windowed)
+        self.window = max((_window(l) for l in windowed), default=0)
+        self.attn_unit = attention_time(1e12, gpu=gpu, dtype="bf16", c=self.c, vendor_kernel=True) / 1e12
+
+    def __call__(self, tokens: int, seqs: int, decode_seqs: int, decode_ctx: float,
+                 prefill_tokens: int, prefill_pairs: float, logits_rows: int) -> float:
+        """Seconds for an iteration of `tokens` scheduled tokens over `seqs` requests, of which
+        `decode_seqs` decode over `decode_ctx` cached tokens in total, and `prefill_tokens`
+        prompt tokens whose causal (query, key) pairs number `prefill_pairs`."""
+        pp = self.plan.pp
+        if pp > 1:
+            tokens, decode_seqs = math.ceil(tokens / pp), decode_seqs / pp
+            decode_ctx, prefill_tokens = decode_ctx / pp, prefill_tokens / pp
+            prefill_pairs, logits_rows = prefill_pairs / pp, math.ceil(logits_rows / pp)
+        stage = self.linear(tokens) + self.head(logits_rows)
+        stage += self.decode_attention(decode_seqs, decode_ctx)
+        stage += self.prefill_attention(prefill_tokens, prefill_pairs)
+        stage += self.num_layers * self.k.layer_s
+        if pp > 1:
+            hop = tokens * self.model.hidden_size * 2.0
+            stage = pp * (stage + p2p_time(hop, False, self.cluster))
+        return stage + self.k.iteration_s + self.k.per_seq_s * seqs
+
+    def linear(self, tokens: int) -> float:
+        """GEMMs, memory-bound kernels and collectives of the stage's layers for `tokens` rows."""
+        hit = self._memo.get(tokens)
+        if hit is None:
+            hit = sum(n * self._layer(layer, tokens) for layer, n in self.layers.items())
+            self._memo[tokens] = hit
+        return hit
+
+    def _gemm(self, m: float, n: float, k: float) -> float:
+        return gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=self.dtype, c=self.c,
+                         weight_width=self.wwidth)
+
+    def _layer(self, layer: LayerSpec, t: int) -> float:
+        a, tp, h = layer.attention, self.plan.tp, self.model.hidden_size
+        if a.mla is None:
+            proj = self._gemm(t, (a.num_heads * a.head_dim + 2 * a.num_kv_heads * a.v_head_dim) / tp, h)
+        else:
+            m = a.mla
+            proj = self._gemm(t, (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim, h)
+            proj += self._gemm(t, a.num_heads * a.head_dim / tp, m.q_lora_rank or h)
+            proj += self._gemm(t, a.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank)
+        proj += self._gemm(t, h, a.num_heads * a.v_head_dim / tp)
+        mlp = layer.mlp
+        if isinstance(mlp, DenseMLP):
+            proj += self._mlp(mlp, t, tp)
+        else:
+            proj += self._moe(mlp, t)
+        elementwise = memory_time(t * h * 2.0 * 10, gpu=self.cluster.gpu, c=self.c, kernels=0)
+        return proj + elementwise + self._tp_comm(t) + self._ep_comm(layer, t)
+
+    def _mlp(self, mlp: DenseMLP, rows: float, split: int) -> float:
+        h, i = self.model.hidden_size, mlp.intermediate_size / split
+        return self._gemm(rows, i * (2 if mlp.gated else 1), h) + self._gemm(rows, h, i)
+
+    def _moe(self, mlp: MoEMLP, t: int) -> float:
+        """Router, shared experts, and the routed experts this GPU holds: each reads its weights
+        once if any token reaches it; tokens arrive from all attention-DP ranks."""
+        h, p = self.model.hidden_size, self.plan
+        time = self._gemm(t, mlp.num_experts, h)
+        if mlp.shared is not None:
+            time += self._mlp(mlp.shared, t, p.tp)
+        if p.ep > 1:
+            local, split, arriving = mlp.num_experts / p.ep, 1, t * p.dp
+        else:
+            local, split, arriving = mlp.num_experts, p.tp, t
+        routed = arriving * mlp.top_k * local / mlp.num_experts
+        active = local * (1 - (1 - 1 / mlp.num_experts) ** (arriving * mlp.top_k))
+        if active < 1e-9:
+            return time
+        return time + active * self._mlp(mlp.expert, routed / active, split)
+
+    def _tp_comm(self, t: int) -> float:
+        if self.plan.tp == 1:
+            return 0.0
+        size = t * self.model.hidden_size * 2.0
+        calls = 1 if self.model.parallel_residual else 2
+        return calls * collective_time("all_reduce", size, self.tp_group, self.cluster)
+
+    def _ep_comm(self, layer: LayerSpec, t: int) -> float:
+        mlp = layer.mlp
+        if not isinstance(mlp, MoEMLP) or self.plan.ep == 1:
+            return 0.0
+        size = t * mlp.top_k * self.model.hidden_size * 2.0
+        return 2 * collective_time("all_to_all", size, self.ep_group, self.cluster)
+
+    def draft(self, rows: int) -> float:
+        """One draft-token proposal for `rows` requests: an EAGLE/MTP-style head costs about
+        one decoder layer plus the LM head."""
+        layer = next(iter(self.layers))
+        return self._layer(layer, rows) + self.head(rows) + self.k.layer_s
+
+    def head(self, rows: int) -> float:
+        """LM head over the rows that sample a token (vocab split over tp), in 16 bits."""
+        if rows <= 0:
+            return 0.0
+        return gemm_time(rows, self.model.vocab_size / self.plan.tp, self.model.hidden_size,
+                         gpu=self.cluster.gpu, dtype="bf16", c=self.c)
+
+    def decode_attention(self, seqs: float, ctx: float) -> float:
+        """Paged attention of decoding requests: reading their KV (windowed layers up to the
+        window), bounded below by its FLOPs at fused-attention efficiency."""
+        if seqs <= 0:
+            return 0.0
+        read = ctx * self.kv.bytes_per_token + seqs * self.kv.windowed_bytes_per_request
+        flops = ctx * self.full_flops_per_pair + min(ctx, seqs * self.window) * self.win_flops_per_pair
+        return max(read * self.kv_read_s_per_byte, flops * self.attn_unit)
+
+    def prefill_attention(self, tokens: float, pairs: float) -> float:
+        """Causal attention of prefill chunks: `pairs` (query, key) pairs; windowed layers see
+        at most their window per query."""
+        if tokens <= 0:
+            return 0.0
+        flops = pairs * self.full_flops_per_pair + min(pairs, tokens * self.window) * self.win_flops_per_pair
+        return flops * self.attn_unit
+
+
+def _window(layer: LayerSpec) -> int:
+    a = layer.attention
+    return a.sliding_window or a.attention_chunk or 0
+
+
+def _pair_flops(layer: LayerSpec, tp: int) -> float:
+    """Attention FLOPs per (query, key) pair on one TP rank: scores and weighted values."""
+    a = layer.attention
+    heads = a.num_heads / tp
+    if a.mla is not None:  # absorbed MLA: scores and values over the latent (+ rope key)
+        return 2.0 * heads * (2 * a.mla.kv_lora_rank + a.mla.qk_rope_head_dim)
+    return 2.0 * heads * (a.head_dim + a.v_head_dim)

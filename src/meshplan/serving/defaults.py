@@ -1,0 +1,197 @@
+"""Default knobs of the serving engines (vLLM V1, SGLang, TensorRT-LLM) for a GPU.
+
+The numbers and rules live in `data/engine_defaults.yaml`, each with the engine file and commit
+it was read from; this module only applies them. `offline=True` models offline batch use (vLLM's
+`LLM` class, `trtllm-bench throughput`); `offline=False` models the online server.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+import yaml
+
+from meshplan.errors import ConfigError, UnknownNameError
+
+ENGINES = ("vllm", "sglang", "tensorrt-llm")
+_ALIASES = {"trtllm": "tensorrt-llm", "trt-llm": "tensorrt-llm", "tensorrt_llm": "tensorrt-llm",
+            "tensorrt": "tensorrt-llm"}
+_GIB = 2**30
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineDefaults:
+    """What an engine picks when the user sets nothing, for one GPU type and mode."""
+
+    engine: str
+    max_num_seqs: int
+    """Most requests running at once (SGLang max_running_requests, TRT-LLM max_batch_size)."""
+    max_num_batched_tokens: int
+    """Token budget of one iteration (SGLang: of one prefill batch; TRT-LLM max_num_tokens)."""
+    gpu_memory_utilization: float
+    """Memory fraction; what it is a fraction of is `memory_fraction_of`."""
+    block_size: int
+    """Tokens per KV-cache block (SGLang page_size, TRT-LLM tokens_per_block)."""
+    chunked_prefill: bool
+    prefix_caching: bool
+    scheduler_policy: str
+    """"fcfs" (vLLM, SGLang) or "guaranteed-no-evict" / "max-utilization" (TRT-LLM)."""
+    cuda_graph_max_batch: int
+    """Largest decode batch replayed from a CUDA graph; bigger batches run eagerly."""
+    source_note: str
+    memory_fraction_of: str = "total"
+    """"total": weights + KV (+ activations for vLLM) within that share of all memory;
+    "free_after_weights": the share of memory left after weights that the KV cache takes."""
+
+
+@functools.cache
+def _engines() -> dict:
+    text = resources.files("meshplan.serving").joinpath("data").joinpath("engine_defaults.yaml").read_text()
+    return yaml.safe_load(text)["engines"]
+
+
+def canonical_engine(name: str) -> str:
+    """The catalog name of an engine (accepts a few aliases such as `trtllm`)."""
+    key = _ALIASES.get(name.strip().lower(), name.strip().lower())
+    if key not in ENGINES:
+        raise UnknownNameError("engine", name, ENGINES)
+    return key
+
+
+def knobs(engine: str) -> dict:
+    """The YAML entries (value or rules, and source) of one engine's knobs."""
+    return _engines()[canonical_engine(engine)]["knobs"]
+
+
+def _matches(when: dict, ctx: dict) -> bool:
+    return ((when.get("offline") is None or when["offline"] == ctx["offline"])
+            and ctx["gib"] >= when.get("min_gib", 0) and ctx["gib"] < when.get("max_gib", math.inf)
+            and ctx["tp"] >= when.get("min_tp", 0) and ctx["tp"] < when.get("max_tp", math.inf)
+            and not any(s in ctx["name"] for s in when.get("name_excludes", ())))
+
+
+def _pick(entry: dict, ctx: dict):
+    if "value" in entry:
+        return entry["value"]
+    for rule in entry["rules"]:
+        if _matches(rule.get("when", {}), ctx):
+            return rule["value"]
+    raise ValueError(f"no rule matches {ctx} in {entry}")
+
+
+def sglang_max_running_requests(kv_tokens: int, context_len: int) -> int:
+    """SGLang's default running-request cap for a KV pool of `kv_tokens` and a context length."""
+    pool = knobs("sglang")["max_running_requests"]["pool"]
+    slots = min(max(int(kv_tokens / context_len * pool["per_context_len"]), pool["min"]), pool["max"])
+    return min(kv_tokens // 2, slots)
+
+
+def sglang_mem_fraction_static(gpu_memory_bytes: int, chunked_prefill_size: int, cuda_graph_max_bs: int,
+                               tp: int = 1, pp: int = 1) -> float:
+    """SGLang's default mem_fraction_static (dense model on CUDA, prefill graphs on)."""
+    k = knobs("sglang")["mem_fraction_static"]
+    gpu_mb = gpu_memory_bytes / 2**20
+    reserved = (k["base_mb"] + max(chunked_prefill_size, k["min_chunk_tokens"]) * k["per_chunk_token_mb"]
+                + tp * pp * k["per_tp_pp_mb"] + cuda_graph_max_bs * k["per_graph_bs_mb"]
+                + k["prefill_graph_mb_per_size"] * len(_prefill_graph_sizes(chunked_prefill_size)))
+    if gpu_mb > k["floor_above_gib"] * 1024:
+        reserved = max(reserved, k["floor_mb"])
+    return round((gpu_mb - reserved) / gpu_mb, 3)
+
+
+def _prefill_graph_sizes(max_bs: int) -> list[int]:
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_bs + 1, 512)))
+    return [s for s in sizes if s <= max_bs]
+
+
+def _ladder(x: float, steps: list[dict]) -> int:
+    for s in steps:
+        if x < s.get("below", math.inf):
+            return max(s.get("min", 0), s["step"] * math.ceil(x / s["step"]))
+    raise ValueError("ladder has no open-ended step")
+
+
+def trtllm_bench_settings(gpu_memory_bytes: int, *, tp: int, input_len: int, output_len: int,
+                          weights_bytes: int, kv_bytes_per_token: int, pp: int = 1,
+                          kv_fraction: float | None = None) -> tuple[int, int]:
+    """trtllm-bench's (max_batch_size, max_num_tokens) heuristic for a model and average ISL/OSL.
+
+    `weights_bytes` is the whole model; `kv_bytes_per_token` counts all layers and max(tp, kv
+    heads) heads, K and V, as the heuristic does.
+    """
+    h = knobs("tensorrt-llm")["bench_heuristic"]
+    fraction = h["kv_fraction"]["throughput"] if kv_fraction is None else kv_fraction
+    total_gib = gpu_memory_bytes / _GIB * tp * pp
+    cache_gib = (total_gib - weights_bytes / _GIB) * fraction
+    requests = cache_gib / (kv_bytes_per_token / _GIB * (input_len + output_len))
+    if requests < 1:
+        raise ConfigError(f"the KV cache left on {tp * pp} GPU(s) holds {requests:.2f} requests of "
+                          f"{input_len + output_len} tokens; trtllm-bench needs at least 1")
+    raw_bs = min(requests, h["max_requests_cap"]) / pp
+    raw_tokens = min(raw_bs * (1 + input_len / output_len), h["max_tokens_cap"])
+    return _ladder(raw_bs, h["batch_ladder"]), _ladder(raw_tokens, h["token_ladder"])
+
+
+def engine_defaults(engine: str, gpu_memory_bytes: int, *, tp: int = 1, input_len: int | None = None,
+                    output_len: int | None = None, offline: bool = False, gpu_name: str = "",
+                    kv_tokens: int | None = None, context_len: int | None = None,
+                    weights_bytes: int | None = None, kv_bytes_per_token: int | None = None) -> EngineDefaults:
+    """The defaults `engine` picks on a GPU with `gpu_memory_bytes` of memory.
+
+    `gpu_name` matters for vLLM (A100s keep the small budgets); `kv_tokens`/`context_len` for
+    SGLang's running-request cap; `weights_bytes`/`kv_bytes_per_token` with `input_len`/
+    `output_len` (averages) for trtllm-bench's heuristic when `offline`.
+    """
+    key = canonical_engine(engine)
+    k = knobs(key)
+    ctx = {"offline": offline, "gib": gpu_memory_bytes / _GIB, "tp": tp, "name": gpu_name.lower()}
+    mode = "offline" if offline else "server"
+    if key == "vllm":
+        tokens = _pick(k["max_num_batched_tokens"], ctx)
+        seqs = min(_pick(k["max_num_seqs"], ctx), tokens)
+        graph = min(seqs * k["cuda_graph_max_batch"]["seqs_factor"], k["cuda_graph_max_batch"]["cap"], tokens)
+        return EngineDefaults(
+            engine=key, max_num_seqs=seqs, max_num_batched_tokens=tokens,
+            gpu_memory_utilization=_pick(k["gpu_memory_utilization"], ctx), block_size=_pick(k["block_size"], ctx),
+            chunked_prefill=_pick(k["chunked_prefill"], ctx), prefix_caching=_pick(k["prefix_caching"], ctx),
+            scheduler_policy=_pick(k["scheduler_policy"], ctx), cuda_graph_max_batch=graph,
+            source_note=f"vLLM V1 {'LLM class' if offline else 'vllm serve'} defaults, "
+                        f"EngineArgs._set_default_args (vllm/engine/arg_utils.py @99d7eb5d)")
+    if key == "sglang":
+        chunk = _pick(k["chunked_prefill_size"], ctx)
+        graph = _pick(k["cuda_graph_max_bs"], ctx)
+        known = kv_tokens is not None and context_len is not None
+        seqs = sglang_max_running_requests(kv_tokens, context_len) if known else k["max_running_requests"]["default"]
+        return EngineDefaults(
+            engine=key, max_num_seqs=seqs, max_num_batched_tokens=min(chunk, _pick(k["max_prefill_tokens"], ctx)),
+            gpu_memory_utilization=sglang_mem_fraction_static(gpu_memory_bytes, chunk, graph, tp),
+            block_size=_pick(k["page_size"], ctx), chunked_prefill=_pick(k["chunked_prefill"], ctx),
+            prefix_caching=_pick(k["radix_cache"], ctx), scheduler_policy=_pick(k["schedule_policy"], ctx),
+            cuda_graph_max_batch=graph,
+            source_note="SGLang handle_gpu_memory_settings (arg_groups/memory_hook.py @a82da8da); "
+                        + ("max_running_requests from the KV pool" if known
+                           else "max_running_requests = request-pool floor 2048 (KV pool unknown)"))
+    bs, tokens = _pick(k["max_batch_size"], ctx), _pick(k["max_num_tokens"], ctx)
+    fraction = _pick(k["gpu_memory_utilization"], ctx)
+    how = "trtllm-serve defaults (BuildConfig 2048/8192)"
+    if bs == "bench_heuristic":
+        model = None not in (input_len, output_len, weights_bytes, kv_bytes_per_token)
+        if model:
+            bs, tokens = trtllm_bench_settings(gpu_memory_bytes, tp=tp, input_len=input_len, output_len=output_len,
+                                               weights_bytes=weights_bytes, kv_bytes_per_token=kv_bytes_per_token,
+                                               kv_fraction=fraction)
+            how = "trtllm-bench throughput heuristic (bench/build/tuning.py @a7e572fb)"
+        else:
+            bs, tokens = k["max_batch_size"]["rules"][-1]["value"], k["max_num_tokens"]["rules"][-1]["value"]
+            how = "trtllm-bench throughput without model sizes: BuildConfig 2048/8192, heuristic not applied"
+    graph = _pick(k["cuda_graph_max_batch"], ctx)
+    return EngineDefaults(
+        engine=key, max_num_seqs=bs, max_num_batched_tokens=tokens, gpu_memory_utilization=fraction,
+        block_size=_pick(k["block_size"], ctx), chunked_prefill=_pick(k["chunked_prefill"], ctx),
+        prefix_caching=_pick(k["prefix_caching"], ctx), scheduler_policy=_pick(k["scheduler_policy"], ctx),
+        cuda_graph_max_batch=bs if graph == "max_batch_size" else graph,
+        source_note=f"TensorRT-LLM {mode}: {how}", memory_fraction_of="free_after_weights")

@@ -1,0 +1,125 @@
+"""Build the replicas of a deployment: engine defaults, KV blocks, costs, scheduler rules."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.errors import ConfigError
+from meshplan.hardware import Cluster
+from meshplan.model.spec import ModelSpec
+from meshplan.serving.constants import EngineConstants, engine_constants
+from meshplan.serving.costmodel import IterationCost
+from meshplan.serving.defaults import EngineDefaults, engine_defaults
+from meshplan.serving.iterations import IterationLog
+from meshplan.serving.kvcache import BlockPool
+from meshplan.serving.memory import ServingMemory, kv_layout, serving_memory, weight_bytes_per_gpu
+from meshplan.serving.plan import ServingPlan
+from meshplan.serving.replica import Replica
+from meshplan.serving.scheduler import SchedulerConfig, expected_tokens_per_step
+from meshplan.serving.workload import Workload
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pool:
+    """Identical replicas of one role, as resolved."""
+
+    role: str
+    replicas: int
+    plan: ServingPlan
+    scheduler: SchedulerConfig
+    memory: ServingMemory
+    defaults: EngineDefaults
+
+    def to_dict(self) -> dict:
+        """What was chosen, for JSON output."""
+        s, m = self.scheduler, self.memory
+        return {"role": self.role, "replicas": self.replicas, "tp": self.plan.tp, "pp": self.plan.pp,
+                "ep": self.plan.ep, "dp": self.plan.dp, "max_num_seqs": s.max_num_seqs,
+                "max_num_batched_tokens": s.max_num_batched_tokens, "chunked_prefill": s.chunked_prefill,
+                "reserve_full": s.reserve_full, "kv_blocks": m.num_blocks, "block_size": m.block_size,
+                "kv_tokens": m.kv_tokens, "weights_gib": m.weights_bytes / 2**30,
+                "kv_cache_gib": m.kv_bytes / 2**30}
+
+
+def _scheduler(plan: ServingPlan, d: EngineDefaults) -> SchedulerConfig:
+    seqs = plan.max_num_seqs or d.max_num_seqs
+    tokens = plan.max_num_batched_tokens or d.max_num_batched_tokens
+    chunked = d.chunked_prefill if plan.chunked_prefill is None else plan.chunked_prefill
+    policy = plan.scheduler_policy or d.scheduler_policy
+    if plan.engine == "vllm" and tokens < seqs:
+        raise ConfigError(f"max_num_batched_tokens ({tokens}) must be at least max_num_seqs ({seqs}) in vLLM")
+    e = expected_tokens_per_step(plan.speculative_tokens, plan.acceptance_rate or 0.0)
+    return SchedulerConfig(engine=plan.engine, max_num_seqs=seqs, max_num_batched_tokens=tokens,
+                           chunked_prefill=chunked, reserve_full=policy == "guaranteed-no-evict",
+                           mixed_batches=plan.engine != "sglang",
+                           future_token_ratio=0.3 if plan.engine == "sglang" else 0.0,
+                           speculative_tokens=plan.speculative_tokens, tokens_per_step=e)
+
+
+def _defaults(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload,
+              offline: bool, kv_tokens: int | None = None) -> EngineDefaults:
+    """The engine's defaults for this GPU, model and (for trtllm-bench) mean lengths."""
+    reqs = workload.requests
+    mean_in = round(sum(r.input_len for r in reqs) / len(reqs)) if reqs else None
+    mean_out = round(sum(r.output_len for r in reqs) / len(reqs)) if reqs else None
+    whole = plan.model_copy(update={"tp": 1, "pp": 1, "ep": 1})
+    return engine_defaults(
+        plan.engine, cluster.gpu.hbm_bytes, tp=plan.tp, input_len=mean_in, output_len=mean_out,
+        offline=offline, gpu_name=cluster.gpu.name, kv_tokens=kv_tokens,
+        context_len=model.max_position_embeddings or 8192,
+        weights_bytes=int(weight_bytes_per_gpu(model, whole)),
+        kv_bytes_per_token=int(kv_layout(model, whole).bytes_per_token))
+
+
+def _memory(model: ModelSpec, cluster: Cluster, plan: ServingPlan, d: EngineDefaults,
+            sched: SchedulerConfig) -> ServingMemory:
+    util = plan.gpu_memory_utilization or d.gpu_memory_utilization
+    return serving_memory(model, cluster.gpu, plan, utilization=util, block_size=plan.block_size or d.block_size,
+                          max_tokens=sched.max_num_batched_tokens, max_seqs=sched.max_num_seqs,
+                          fraction_of=d.memory_fraction_of)
+
+
+def _pool(role: str, replicas: int, model: ModelSpec, cluster: Cluster, plan: ServingPlan,
+          workload: Workload, offline: bool) -> Pool:
+    d = _defaults(model, cluster, plan, workload, offline)
+    sched = _scheduler(plan, d)
+    mem = _memory(model, cluster, plan, d, sched)
+    if plan.engine == "sglang" and plan.max_num_seqs is None:  # its cap depends on the KV pool
+        d = _defaults(model, cluster, plan, workload, offline, kv_tokens=mem.kv_tokens)
+        sched = _scheduler(plan, d)
+    return Pool(role=role, replicas=replicas, plan=plan, scheduler=sched, memory=mem, defaults=d)
+
+
+def resolve_pools(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload) -> list[Pool]:
+    """The pools of a deployment (one colocated pool, or prefill + decode), checked to fit."""
+    offline = workload.concurrency is None and all(r.arrival_s == 0 for r in workload.requests)
+    if plan.num_gpus > cluster.num_gpus:
+        raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but the cluster has {cluster.num_gpus}; "
+                          f"raise --num-gpus or lower tp/pp/dp/replicas")
+    dis = plan.disaggregated
+    if dis is None:
+        return [_pool("both", plan.replicas * plan.dp, model, cluster, plan, workload, offline)]
+    pools = []
+    for role, gpus, tp in (("prefill", dis.prefill_gpus, dis.prefill_tp), ("decode", dis.decode_gpus, dis.decode_tp)):
+        sub = plan.model_copy(update={"tp": tp, "disaggregated": None})
+        if gpus % (tp * plan.pp):
+            raise ConfigError(f"disaggregated.{role}_gpus={gpus} is not a multiple of {role}_tp x pp = {tp * plan.pp}")
+        pools.append(_pool(role, gpus // (tp * plan.pp), model, cluster, sub, workload, offline))
+    return pools
+
+
+def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Workload,
+                   log: IterationLog, first_index: int, engine: EngineConstants | None = None) -> list[Replica]:
+    """Fresh replicas of `pool`, numbered from `first_index`, sharing one cost model."""
+    plan, mem = pool.plan, pool.memory
+    sub = Cluster(gpu=cluster.gpu, num_gpus=plan.gpus_per_replica, gpus_per_node=cluster.gpus_per_node,
+                  scale_up_domain=cluster.scale_up_domain,
+                  inter_node_bandwidth_bytes_per_s_per_gpu=cluster.inter_node_bandwidth_bytes_per_s_per_gpu,
+                  power_limit_w=cluster.power_limit_w)
+    cost = IterationCost(model, sub, plan, mem.kv, engine or engine_constants(plan.engine))
+    window = -(-int(mem.kv.windowed_bytes_per_request) // int(mem.kv.bytes_per_token * mem.block_size))
+    caching = pool.defaults.prefix_caching if plan.prefix_caching is None else plan.prefix_caching
+    return [Replica(first_index + i, pool.scheduler,
+                    BlockPool(mem.num_blocks, mem.block_size, workload.hash_block_tokens, caching),
+                    cost, log, role=pool.role, window_blocks=window)
+            for i in range(pool.replicas)]

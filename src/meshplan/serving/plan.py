@@ -1,0 +1,98 @@
+"""`ServingPlan`: the decisions of a serving deployment (engine, layout, knobs, quantization).
+
+A plan never holds a hardware number. Engine knobs keep the engines' own names
+(`max_num_seqs`, `max_num_batched_tokens`, `gpu_memory_utilization`); fields left as None take
+the engine's default for the GPU (see `meshplan.serving.defaults`), reported as chosen.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Engine = Literal["vllm", "sglang", "tensorrt-llm"]
+WeightsDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+KVDtype = Literal["auto", "bf16", "fp16", "fp8"]
+Router = Literal["round-robin", "least-outstanding", "prefix-affinity"]
+SchedulerPolicy = Literal["max-utilization", "guaranteed-no-evict"]
+
+
+class Disaggregation(BaseModel):
+    """Prefill/decode disaggregation: separate pools, KV cache shipped from prefill to decode."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    prefill_gpus: int = Field(ge=1)
+    """GPUs in the prefill pool (a multiple of prefill_tp x pp)."""
+    decode_gpus: int = Field(ge=1)
+    """GPUs in the decode pool (a multiple of decode_tp x pp)."""
+    prefill_tp: int = Field(1, ge=1)
+    """Tensor-parallel size of each prefill instance."""
+    decode_tp: int = Field(1, ge=1)
+    """Tensor-parallel size of each decode instance."""
+
+
+class ServingPlan(BaseModel):
+    """How a model is served: engine, parallel layout per replica, replicas, knobs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    engine: Engine = "vllm"
+    """Serving engine whose scheduler and kernels are modeled."""
+    tp: int = Field(1, ge=1)
+    """Tensor-parallel size per replica (vLLM --tensor-parallel-size)."""
+    pp: int = Field(1, ge=1)
+    """Pipeline-parallel stages per replica (vLLM --pipeline-parallel-size)."""
+    ep: int = Field(1, ge=1)
+    """Expert-parallel size for MoE layers (experts divided over ep GPUs of the replica)."""
+    dp: int = Field(1, ge=1)
+    """Attention data parallelism inside one engine (each rank runs its own batch)."""
+    replicas: int = Field(1, ge=1)
+    """Independent engine replicas behind the router."""
+    router: Router = "round-robin"
+    """How requests are spread over replicas."""
+    weights_dtype: WeightsDtype = "bf16"
+    """Weight precision (fp8/int8/int4/fp4 quantized checkpoints)."""
+    kv_cache_dtype: KVDtype = "auto"
+    """KV-cache precision; auto: the activation dtype (fp16 for fp16 weights, else bf16)."""
+    max_num_seqs: int | None = Field(None, ge=1)
+    """Most requests in one iteration's batch; None: the engine default for the GPU."""
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    """Token budget of one iteration (prefill chunk + decodes); None: the engine default."""
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    """Fraction of GPU memory the engine may use (weights + activations + KV cache); None:
+    the engine default (vLLM 0.9; SGLang mem_fraction_static; TensorRT-LLM KV fraction)."""
+    chunked_prefill: bool | None = None
+    """Split long prompts over iterations within the token budget; None: engine default."""
+    prefix_caching: bool | None = None
+    """Reuse KV blocks of shared prompt prefixes; None: engine default (on in vLLM V1, SGLang)."""
+    block_size: int | None = Field(None, ge=1)
+    """Tokens per KV-cache block (page); None: engine default (vLLM 16, SGLang 1, TRT-LLM 32)."""
+    scheduler_policy: SchedulerPolicy | None = None
+    """TensorRT-LLM capacity scheduler: guaranteed-no-evict reserves each request's full KV at
+    admission; max-utilization admits greedily and pauses requests when blocks run out."""
+    speculative_tokens: int = Field(0, ge=0)
+    """Draft tokens proposed per step (speculative decoding); 0: off."""
+    acceptance_rate: float | None = Field(None, ge=0, lt=1)
+    """Probability each draft token is accepted; required with speculative_tokens."""
+    disaggregated: Disaggregation | None = None
+    """Separate prefill and decode pools; None: prefill and decode share each replica."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "ServingPlan":
+        if self.speculative_tokens and self.acceptance_rate is None:
+            raise ValueError("speculative_tokens needs acceptance_rate (the probability a draft token is accepted)")
+        return self
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one engine replica uses (tp x pp x dp; experts are spread within them)."""
+        return self.tp * self.pp * self.dp
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs of the whole deployment."""
+        if self.disaggregated is not None:
+            return self.disaggregated.prefill_gpus + self.disaggregated.decode_gpus
+        return self.gpus_per_replica * self.replicas

@@ -1,0 +1,315 @@
+"""One engine replica: its queue, KV blocks and the iteration loop's two halves.
+
+`start(now)` schedules the next iteration under the engine's rules and returns its end time;
+`finish(end)` applies what the iteration produced (tokens, finished requests). The simulator
+calls them alternately; nothing here knows about other replicas or the clock beyond `now`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from meshplan.serving.costmodel import IterationCost
+from meshplan.serving.decodeset import DecodeSet
+from meshplan.serving.iterations import IterationLog
+from meshplan.serving.kvcache import BlockPool
+from meshplan.serving.request import RequestRecord
+from meshplan.serving.scheduler import SchedulerConfig
+from meshplan.serving.sequence import Seq
+
+
+class Replica:
+    """The scheduler state of one engine replica (role: both, prefill or decode)."""
+
+    def __init__(self, index: int, cfg: SchedulerConfig, pool: BlockPool, cost: IterationCost,
+                 log: IterationLog, role: str = "both", window_blocks: int = 0):
+        self.index, self.cfg, self.pool, self.cost, self.log = index, cfg, pool, cost, log
+        self.role, self.window_blocks = role, window_blocks
+        self.decode = DecodeSet(pool.block_size, cfg.tokens_per_step)
+        self.decode_end_s: list[float] = []
+        self.waiting: deque[Seq] = deque()
+        self.running: dict[int, Seq] = {}
+        self.prefilling: dict[int, Seq] = {}
+        self.busy = False
+        self.finished: list[RequestRecord] = []
+        self.handoff: list[Seq] = []
+        self._chunks: list[tuple[Seq, int]] = []
+        self._decoded = False
+        self._start = 0.0
+        self._preempted = 0
+        self._ndec = 0
+
+    @property
+    def outstanding(self) -> int:
+        """Requests queued or running here."""
+        return len(self.waiting) + len(self.running)
+
+    def add(self, seq: Seq) -> None:
+        """Queue a request (FCFS)."""
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        """Whether an iteration can run now."""
+        return bool(self.running or self.waiting)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def start(self, now: float) -> float | None:
+        """Schedule one iteration at `now`; returns its end time, or None when idle."""
+        self._chunks, self._preempted, self._start = [], 0, now
+        budget = self.cfg.max_num_batched_tokens
+        prefill_only = not self.cfg.mixed_batches and self._prefill_fits()
+        self._decoded = self.decode.count > 0 and not prefill_only
+        if self._decoded:
+            self._grow_decodes()
+            self.decode.grown_for = self.decode.step
+            budget -= self.decode.count * (1 + self.cfg.speculative_tokens)
+        if self.cfg.mixed_batches or prefill_only:
+            budget = self._schedule_prefills(budget)
+            if not self._preempted:
+                self._admit(budget)
+        self._decoded = self.decode.count > 0 and not prefill_only
+        self._ndec = self.decode.count if self._decoded else 0
+        if not self._chunks and not self._decoded:
+            return None
+        self.busy = True
+        return now + self._duration()
+
+    def _prefill_fits(self) -> bool:
+        """SGLang: run a prefill batch when a request is mid-prefill or a waiting one fits."""
+        if self.prefilling:
+            return True
+        if not self.waiting or len(self.running) >= self.cfg.max_num_seqs:
+            return False
+        return self._blocks_to_admit(self.waiting[0]) <= self._free_for_admission()
+
+    def _grow_decodes(self) -> None:
+        """Allocate the blocks this decode step needs, preempting the newest requests first."""
+        while self.decode.count:
+            need = self.decode.blocks_needed()
+            if self.pool.allocate(need):
+                return
+            self._preempt_newest()
+
+    def _schedule_prefills(self, budget: int) -> int:
+        """Continue running prefills in admission order within the budget."""
+        for seq in list(self.prefilling.values()):
+            if budget <= 0 or seq.req.id not in self.prefilling:
+                continue
+            n = min(seq.remaining_prompt, budget)
+            while not self._reserve(seq, seq.computed + n):
+                if self._preempt_newest() is seq:
+                    n = 0
+                    break
+            if n:
+                self._chunks.append((seq, n))
+                budget -= n
+        return budget
+
+    def _admit(self, budget: int) -> None:
+        """Admit waiting requests FCFS while seats, budget and blocks allow."""
+        while self.waiting and len(self.running) < self.cfg.max_num_seqs:
+            seq = self.waiting[0]
+            if seq.prefilled:
+                if not self._admit_prefilled(seq):
+                    return
+                continue
+            if budget <= 0:
+                return
+            hit = self._prefix_hit(seq)
+            n = min(seq.prompt - hit * self.pool.hash_tokens, budget)
+            if n < seq.prompt - hit * self.pool.hash_tokens and not self.cfg.chunked_prefill:
+                return
+            if self._blocks_to_admit(seq) > self._free_for_admission():
+                return
+            self.waiting.popleft()
+            self._take(seq, hit)
+            if not self._reserve(seq, seq.computed + n):
+                self._release(seq)
+                self.waiting.appendleft(seq)
+                return
+            self._chunks.append((seq, n))
+            budget -= n
+
+    def _prefix_hit(self, seq: Seq) -> int:
+        """Cached leading units usable by `seq` (at least one prompt token is recomputed)."""
+        hit = self.pool.match(seq.req.prefix_hashes)
+        return min(hit, (seq.prompt - 1) // self.pool.hash_tokens)
+
+    def _take(self, seq: Seq, hit: int) -> None:
+        """Move `seq` from waiting to running with its cached prefix and window blocks."""
+        seq.units = seq.req.prefix_hashes[:hit]
+        self.pool.acquire(seq.units)
+        seq.computed = hit * self.pool.hash_tokens
+        seq.record.cached_tokens = max(seq.record.cached_tokens, seq.computed)
+        seq.private = 0
+        self.pool.allocate(self.window_blocks)
+        seq.window_blocks = self.window_blocks
+        self.running[seq.req.id] = seq
+        self.prefilling[seq.req.id] = seq
+        if self.cfg.reserve_full:
+            seq.reserved_full = True
+            self._reserve(seq, seq.prompt + seq.remaining_output)
+
+    def _blocks_to_admit(self, seq: Seq) -> int:
+        """Blocks a waiting request needs to start (all of prompt + output when reserving)."""
+        tokens = seq.prompt + (seq.remaining_output if self.cfg.reserve_full else 0)
+        if not self.cfg.reserve_full and not seq.prefilled:
+            tokens = min(tokens, self.cfg.max_num_batched_tokens)
+        return math.ceil(tokens / self.pool.block_size) + self.window_blocks
+
+    def _free_for_admission(self) -> float:
+        """Blocks free for new requests after room for the running requests' future tokens."""
+        keep = 0.0
+        if self.cfg.future_token_ratio:
+            left = sum(s.remaining_output for s in self.running.values())
+            keep = self.cfg.future_token_ratio * left / self.pool.block_size
+        return self.pool.available() - keep
+
+    def _reserve(self, seq: Seq, tokens: int) -> bool:
+        """Hold private blocks for the first `tokens` tokens of `seq` (beyond its units)."""
+        covered = len(seq.units) * self.pool.hash_tokens
+        need = math.ceil(max(0, tokens - covered) / self.pool.block_size) - seq.private
+        if need <= 0:
+            return True
+        if not self.pool.allocate(need):
+            return False
+        seq.private += need
+        return True
+
+    def _admit_prefilled(self, seq: Seq) -> bool:
+        """Decode pool: a request whose KV arrived joins decoding once its blocks fit."""
+        if self._blocks_to_admit(seq) > self.pool.available():
+            return False
+        self.waiting.popleft()
+        self.pool.allocate(self.window_blocks)
+        seq.window_blocks = self.window_blocks
+        self.running[seq.req.id] = seq
+        seq.reserved_full = self.cfg.reserve_full
+        tokens = seq.computed + (seq.remaining_output if seq.reserved_full else 0)
+        self._reserve(seq, tokens)
+        self.decode.join(seq)
+        return True
+
+    # ------------------------------------------------------------------ preemption
+
+    def _preempt_newest(self) -> Seq:
+        """Preempt the most recently admitted running request (recompute later)."""
+        _, seq = self.running.popitem()
+        self._preempted += 1
+        if seq.req.id in self.prefilling:
+            del self.prefilling[seq.req.id]
+            self._chunks = [(s, n) for s, n in self._chunks if s is not seq]
+        else:
+            self._leave_decode(seq, finished=False)
+        self._release(seq)
+        seq.record.preemptions += 1
+        seq.prompt = seq.req.input_len + seq.generated
+        seq.computed = 0
+        seq.prefilled = False
+        self.waiting.appendleft(seq)
+        return seq
+
+    def _leave_decode(self, seq: Seq, finished: bool) -> None:
+        """Take `seq` out of the decode set, crediting its emitted tokens."""
+        held = self.decode.leave(seq, finished)
+        steps = seq.segments[-1][1]
+        emitted = min(seq.remaining_output, math.floor(steps * self.cfg.tokens_per_step + 1e-9))
+        seq.generated += emitted
+        seq.computed += emitted
+        seq.private = held
+
+    def _release(self, seq: Seq) -> None:
+        """Free every block `seq` holds."""
+        self.pool.release(seq.private + seq.window_blocks)
+        self.pool.drop(seq.units)
+        seq.private, seq.window_blocks, seq.units = 0, 0, ()
+
+    # ------------------------------------------------------------------ execution
+
+    def _duration(self) -> float:
+        decodes = self._ndec
+        prefill = sum(n for _, n in self._chunks)
+        pairs = sum(n * (s.computed + (n + 1) / 2) for s, n in self._chunks)
+        sampling = decodes + sum(1 for s, n in self._chunks if s.computed + n >= s.prompt)
+        k = self.cfg.speculative_tokens
+        tokens = decodes * (1 + k) + prefill
+        ctx = self.decode.context_tokens() * (1 + k) if decodes else 0.0
+        t = self.cost(tokens, decodes + len(self._chunks), decodes, ctx, prefill, pairs, sampling)
+        if k and decodes:
+            t += k * self.cost.draft(decodes)
+        return t
+
+    def finish(self, end: float) -> None:
+        """Apply the iteration that ends at `end`: emit tokens, complete requests."""
+        self.busy = False
+        if self._decoded:
+            self.decode_end_s.append(end)
+            for seq in self.decode.advance():
+                self._leave_decode(seq, finished=True)
+                self._complete(seq, end)
+        for seq, n in self._chunks:
+            seq.computed += n
+            if seq.computed >= seq.prompt:
+                self._prefill_done(seq, end)
+        self._log(end)
+
+    def _prefill_done(self, seq: Seq, end: float) -> None:
+        del self.prefilling[seq.req.id]
+        self._emit(seq, end)
+        taken = self.pool.register(seq.req.prefix_hashes[len(seq.units):seq.computed // self.pool.hash_tokens])
+        seq.private -= len(taken) * self.pool.unit_blocks
+        seq.units = seq.units + taken
+        if seq.remaining_output == 0:
+            self._complete(seq, end)
+        elif self.role == "prefill":
+            del self.running[seq.req.id]
+            self._release(seq)
+            self.handoff.append(seq)
+        else:
+            self.decode.join(seq)
+
+    def _emit(self, seq: Seq, end: float) -> None:
+        """The token sampled at the end of a prefill (the first, or the next after a recompute)."""
+        if seq.generated == 0:
+            seq.record.first_token_s = end
+        seq.generated += 1
+        seq.segments.append((end, -1))
+
+    def _complete(self, seq: Seq, end: float) -> None:
+        self.running.pop(seq.req.id, None)
+        self._release(seq)
+        seq.record.finish_s = end
+        seq.record.replica = self.index
+        seq.record.token_times_s = self._token_times(seq)
+        self.finished.append(seq.record)
+
+    def _token_times(self, seq: Seq) -> np.ndarray:
+        """Emission times of every output token, from prefill emissions and decode runs."""
+        parts = []
+        for a, b in seq.segments:
+            if b == -1:
+                parts.append(np.array([a]))
+            elif b > 0:
+                parts.append(self._run_times(int(a), b))
+        out = np.concatenate(parts) if parts else np.empty(0)
+        return out[: seq.req.output_len]
+
+    def _run_times(self, c0: int, steps: int) -> np.ndarray:
+        step_times = np.fromiter(self.decode_end_s[c0:c0 + steps], float, steps)
+        e = self.cfg.tokens_per_step
+        if e == 1.0:
+            return step_times
+        per = np.diff(np.floor(np.arange(steps + 1) * e + 1e-9)).astype(int)
+        return np.repeat(step_times, per)
+
+    def _log(self, end: float) -> None:
+        self.log.append(self.index, self._start, end,
+                        sum(n for _, n in self._chunks),
+                        self._ndec,
+                        len(self.running), len(self.waiting), self.pool.used, self.pool.total,
+                        preempted=self._preempted,
+                        kind="mixed" if self._chunks and self._decoded else "prefill" if self._chunks else "decode")

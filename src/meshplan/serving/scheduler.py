@@ -1,0 +1,47 @@
+"""The scheduling rules of each engine, as data the replica's loop reads.
+
+vLLM V1: every iteration mixes decodes and (chunked) prefills within one token budget; running
+requests first, then waiting ones FCFS while blocks, budget and `max_num_seqs` allow; when
+blocks run out the most recently admitted request is preempted and later recomputed.
+TensorRT-LLM: in-flight batching of context and generation requests within `max_num_tokens`;
+the default guaranteed-no-evict policy admits a request only when the blocks of its whole
+prompt + output are free, so nothing is ever evicted. SGLang: an iteration is either a prefill
+batch (new requests, up to the chunked-prefill size) or a decode batch; prefill goes first
+whenever a waiting request fits, with room kept for the running requests' future tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulerConfig:
+    """The knobs of one replica's scheduler, resolved from the plan and engine defaults."""
+
+    engine: str
+    max_num_seqs: int
+    """Most requests in a batch (TensorRT-LLM max_batch_size, SGLang max_running_requests)."""
+    max_num_batched_tokens: int
+    """Token budget of one iteration (TensorRT-LLM max_num_tokens, SGLang chunked_prefill_size)."""
+    chunked_prefill: bool
+    """Prompts longer than the remaining budget are split over iterations."""
+    reserve_full: bool
+    """Admit only when the KV of prompt + whole output fits (guaranteed-no-evict)."""
+    mixed_batches: bool
+    """Prefill chunks and decodes share an iteration (False: SGLang's separate batches)."""
+    future_token_ratio: float
+    """Share of running requests' remaining output kept free when admitting (SGLang's
+    new_token_ratio); 0 for engines that admit greedily."""
+    speculative_tokens: int = 0
+    """Draft tokens verified per decode step."""
+    tokens_per_step: float = 1.0
+    """Mean tokens a decode step emits (1 without speculative decoding)."""
+
+
+def expected_tokens_per_step(k: int, acceptance: float) -> float:
+    """Mean tokens per verification step with k drafts, each accepted with probability
+    `acceptance` until the first rejection, plus the target model's own token."""
+    if k == 0:
+        return 1.0
+    return (1 - acceptance ** (k + 1)) / (1 - acceptance)

@@ -1,0 +1,155 @@
+"""The serving simulation: requests arrive, a router places them, replicas iterate.
+
+One `heapq` of plain tuples (time, order, kind, payload) drives everything: the next arrival,
+the end of each replica's current iteration, and KV transfers between prefill and decode pools
+when disaggregated. Nothing happens per token; a replica's iteration is one event.
+Deterministic: the workload carries its own seed and ties break by insertion order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from meshplan.costs.comm import p2p_time
+from meshplan.hardware import Cluster
+from meshplan.model.spec import ModelSpec
+from meshplan.serving.deployment import Pool, build_replicas, resolve_pools
+from meshplan.serving.iterations import IterationLog
+from meshplan.serving.metrics import SLO, ServingMetrics, compute_metrics
+from meshplan.serving.plan import ServingPlan
+from meshplan.serving.replica import Replica
+from meshplan.serving.request import RequestRecord
+from meshplan.serving.router import Router
+from meshplan.serving.sequence import Seq
+from meshplan.serving.workload import Workload
+
+ARRIVAL, ITERATION, TRANSFER = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulationResult:
+    """Per-request records, the iteration log, metrics and what was resolved."""
+
+    records: list[RequestRecord]
+    log: IterationLog
+    metrics: ServingMetrics
+    pools: list[Pool]
+    iterations: int
+    simulated_s: float
+    wall_s: float
+
+    def to_dict(self) -> dict:
+        """`metrics`, `simulation` and `deployment` as plain data (the CLI's --json)."""
+        return {"metrics": self.metrics.to_dict(),
+                "simulation": {"requests": len(self.records), "iterations": self.iterations,
+                               "simulated_s": self.simulated_s, "wall_s": self.wall_s,
+                               "simulated_s_per_wall_s": self.simulated_s / max(self.wall_s, 1e-9)},
+                "deployment": [p.to_dict() for p in self.pools]}
+
+
+class Simulation:
+    """One run of a deployment over a workload."""
+
+    def __init__(self, model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload,
+                 engine=None):
+        self.model, self.cluster, self.plan, self.workload = model, cluster, plan, workload
+        self.pools = resolve_pools(model, cluster, plan, workload)
+        self.log = IterationLog()
+        self.groups: list[list[Replica]] = []
+        for pool in self.pools:
+            first = sum(len(g) for g in self.groups)
+            self.groups.append(build_replicas(model, cluster, pool, workload, self.log, first, engine))
+        self.entry = Router(plan.router, self.groups[0])
+        self.decode = Router("least-outstanding", self.groups[-1]) if len(self.groups) > 1 else None
+        self.heap: list[tuple] = []
+        self.order = 0
+        self.records: list[RequestRecord] = []
+        self.iterations = 0
+
+    def _push(self, t: float, kind: int, payload) -> None:
+        self.order += 1
+        heapq.heappush(self.heap, (t, self.order, kind, payload))
+
+    def run(self, progress: Callable[[int, int], None] | None = None, slo: SLO | None = None) -> SimulationResult:
+        """Simulate until every request has finished."""
+        wall = time.perf_counter()
+        reqs, closed = self.workload.requests, self.workload.concurrency
+        sent = min(closed, len(reqs)) if closed else 0
+        if closed:
+            for i in range(sent):
+                self._push(0.0, ARRIVAL, i)
+        elif reqs:
+            self._push(reqs[0].arrival_s, ARRIVAL, 0)
+        now, total = 0.0, len(reqs)
+        while self.heap:
+            now, _, kind, payload = heapq.heappop(self.heap)
+            if kind == ARRIVAL:
+                self._arrive(payload, now)
+                if not closed and payload + 1 < total:
+                    self._push(reqs[payload + 1].arrival_s, ARRIVAL, payload + 1)
+            elif kind == ITERATION:
+                done = self._iteration_end(payload, now)
+                if closed:
+                    for _ in range(done):
+                        if sent < total:
+                            self._push(now, ARRIVAL, sent)
+                            sent += 1
+                if progress and done:
+                    progress(len(self.records), total)
+            else:
+                seq, replica = payload
+                replica.add(seq)
+                self._kick(replica, now)
+        metrics = compute_metrics(self.records, self.log, slo)
+        return SimulationResult(records=self.records, log=self.log, metrics=metrics, pools=self.pools,
+                                iterations=self.iterations, simulated_s=now,
+                                wall_s=time.perf_counter() - wall)
+
+    def _arrive(self, index: int, now: float) -> None:
+        req = self.workload.requests[index]
+        arrival = now if self.workload.concurrency else req.arrival_s
+        record = RequestRecord(id=req.id, arrival_s=arrival, input_len=req.input_len, output_len=req.output_len)
+        replica = self.entry.pick(req)
+        replica.add(Seq(req, record))
+        self._kick(replica, now)
+
+    def _kick(self, replica: Replica, now: float) -> None:
+        """Start an iteration on an idle replica that has work."""
+        if replica.busy:
+            return
+        end = replica.start(now)
+        if end is not None:
+            self._push(end, ITERATION, replica)
+
+    def _iteration_end(self, replica: Replica, now: float) -> int:
+        self.iterations += 1
+        replica.finish(now)
+        done = len(replica.finished)
+        self.records.extend(replica.finished)
+        replica.finished.clear()
+        for seq in replica.handoff:
+            self._transfer(seq, now)
+        replica.handoff.clear()
+        self._kick(replica, now)
+        return done
+
+    def _transfer(self, seq: Seq, now: float) -> None:
+        """Ship a prefilled request's KV to a decode replica; it arrives after the transfer."""
+        target = self.decode.pick(seq.req)
+        size = seq.computed * self.pools[0].memory.kv.bytes_per_token
+        cross = self.plan.num_gpus > self.cluster.gpus_per_node
+        arrive = now + p2p_time(size, cross, self.cluster) if size else now
+        seq.prefilled, seq.units, seq.private = True, (), 0
+        seq.record.first_token_s = arrive
+        seq.segments = [(arrive, -1)]
+        self._push(arrive, TRANSFER, (seq, target))
+
+
+def simulate(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload, *,
+             slo: SLO | None = None, progress: Callable[[int, int], None] | None = None,
+             engine=None) -> SimulationResult:
+    """Simulate serving `workload` with `plan` on `cluster` (see `Simulation`)."""
+    return Simulation(model, cluster, plan, workload, engine).run(progress, slo)

@@ -1,0 +1,96 @@
+"""Turn a serving run record into the (model, cluster, plan, workload) meshplan simulates,
+and predict its measured metrics with the simulator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshplan.errors import ConfigError
+from meshplan.hardware import Cluster
+from meshplan.model import load_model
+from meshplan.model.spec import ModelSpec
+from meshplan.serving.plan import Disaggregation, ServingPlan
+from meshplan.serving.simulate import simulate
+from meshplan.serving.workload import Workload, WorkloadSpec, synthesize
+from meshplan.validate.schema import Record
+
+SERVING_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "requests_per_s", "ttft_ms_mean",
+                   "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99",
+                   "itl_ms_p50", "e2e_ms_mean")
+"""Measured serving keys the simulator predicts (max_request_rate_under_slo needs the
+capacity search of `serve plan`)."""
+
+MAX_REQUESTS = 4000
+"""Offline records are simulated on at most this many requests: throughput of fixed-length
+offline runs reaches its steady state long before (the tail of the last batch is < 2%)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServingCase:
+    """Everything meshplan needs to simulate one serving record."""
+
+    record: Record
+    model: ModelSpec
+    cluster: Cluster
+    plan: ServingPlan
+    workload: Workload
+
+
+def _kv_dtype(s) -> str:
+    """KV dtype as published; unpublished with fp8/fp4 TensorRT-LLM checkpoints: fp8 (ModelOpt
+    quantized checkpoints ship an fp8 KV-cache scale), else the activation dtype."""
+    if s.kv_cache_dtype:
+        return s.kv_cache_dtype if s.kv_cache_dtype in ("bf16", "fp16", "fp8") else "auto"
+    if s.engine == "tensorrt-llm" and s.weights_dtype in ("fp8", "fp4"):
+        return "fp8"
+    return "auto"
+
+
+def _plan(record: Record, model: ModelSpec) -> ServingPlan:
+    s, hw = record.serving, record.hardware
+    tp, pp, dp = s.tp or 1, s.pp or 1, s.dp or 1
+    ep = s.ep or (tp * dp if model.is_moe and dp > 1 else 1)
+    replicas = s.replicas or max(1, hw.num_gpus // (tp * pp * dp))
+    static = s.engine == "tensorrt-llm" and s.max_num_seqs and s.workload.num_requests == s.max_num_seqs
+    budget = s.max_num_batched_tokens
+    if static and not budget:  # one static batch: the whole batch's prompts in one step
+        budget = s.max_num_seqs * (s.workload.input_len or 1)
+    dis = Disaggregation(**s.disaggregated.model_dump()) if s.disaggregated else None
+    return ServingPlan(engine="vllm" if s.engine == "other" else s.engine, tp=tp, pp=pp, ep=ep, dp=dp,
+                       replicas=replicas, weights_dtype=s.weights_dtype or "bf16",
+                       kv_cache_dtype=_kv_dtype(s), max_num_seqs=s.max_num_seqs,
+                       max_num_batched_tokens=budget, chunked_prefill=s.chunked_prefill,
+                       prefix_caching=s.prefix_caching, disaggregated=dis)
+
+
+def _workload(record: Record, seed: int) -> Workload:
+    w = record.serving.workload
+    if w.output_len is None and w.dataset != "sharegpt":
+        raise ConfigError("serving.workload.output_len is not published (needed to simulate)")
+    n = w.num_requests or 1000
+    if w.mode == "offline":
+        n = min(n, MAX_REQUESTS)
+    dataset = w.dataset or "fixed"
+    spec = WorkloadSpec(arrival=w.mode, request_rate=w.request_rate, burstiness=w.burstiness,
+                        concurrency=w.concurrency, num_requests=n, dataset=dataset,
+                        input_len=w.input_len, output_len=w.output_len,
+                        range_ratio=w.range_ratio or 0.0)
+    return synthesize(spec, seed=seed)
+
+
+def serving_case(record: Record, seed: int = 0) -> ServingCase:
+    """The model, cluster, plan and workload a serving record describes."""
+    name = record.model.get("name") if isinstance(record.model, dict) else record.model
+    model = load_model(record.model, name=name)
+    cluster = Cluster.build(**record.hardware.model_dump())
+    return ServingCase(record, model, cluster, _plan(record, model), _workload(record, seed))
+
+
+def predict_serving(case: ServingCase, engine=None) -> dict[str, float]:
+    """Simulated values of every serving metric the record could carry."""
+    m = simulate(case.model, case.cluster, case.plan, case.workload, engine=engine).metrics
+    return {"output_tokens_per_s": m.output_tokens_per_s, "total_tokens_per_s": m.total_tokens_per_s,
+            "requests_per_s": m.requests_per_s, "ttft_ms_mean": m.ttft_ms.mean,
+            "ttft_ms_p50": m.ttft_ms.p50, "ttft_ms_p99": m.ttft_ms.p99, "tpot_ms_mean": m.tpot_ms.mean,
+            "tpot_ms_p50": m.tpot_ms.p50, "tpot_ms_p99": m.tpot_ms.p99, "itl_ms_p50": m.itl_ms.p50,
+            "e2e_ms_mean": m.e2e_ms.mean}
