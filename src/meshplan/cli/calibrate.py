@@ -9,29 +9,60 @@ import yaml
 
 from meshplan import calibrate as cal
 from meshplan.cli.common import console, user_errors
+from meshplan.errors import ConfigError
 from meshplan.validate.records import load_records
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "training" / "data" / "fitted_constants.yaml"
+SERVING_OUT = Path(__file__).resolve().parents[1] / "serving" / "data" / "fitted_serving.yaml"
 
 
 def calibrate(
-    files: list[Path] = typer.Argument(..., help="Training run-record YAML files to fit on."),
-    out: Path = typer.Option(DEFAULT_OUT, "--out", help="Where to write the fitted constants."),
+    files: list[Path] = typer.Argument(..., help="Run-record YAML files to fit on (training and/or serving)."),
+    out: Path = typer.Option(None, "--out", help="Where to write the fitted constants "
+                             "(default: the package's fitted_constants.yaml / fitted_serving.yaml)."),
     loso: bool = typer.Option(False, "--loso", help="Also report leave-one-source-out error (slow)."),
     max_nfev: int = typer.Option(100, help="Model evaluations the least-squares fit may use."),
 ) -> None:
-    """Least squares on log error of tokens/s per GPU; writes the constants with their fit record."""
+    """Fit the step-time constants on training records (least squares on log error of tokens/s
+    per GPU) and the serving engine constants on serving records (log error of every measured
+    metric); writes each with its fit record (date, inputs, in-sample and LOSO errors)."""
     records = [r for path in files for r in load_records(path)]
+    if not records:
+        raise ConfigError("the files hold no records to fit on")
+    names = [p.name for p in files]
+    if any(r.kind == "serving" for r in records):
+        _calibrate_serving([r for r in records if r.kind == "serving"], names, out or SERVING_OUT, loso, max_nfev)
+    training = [r for r in records if r.kind == "training"]
+    if training:
+        _calibrate_training(training, names, out or DEFAULT_OUT, loso, max_nfev)
+
+
+def _calibrate_serving(records, names, out: Path, loso: bool, max_nfev: int) -> None:
+    from meshplan import calibrate_serving as cs
+
+    cases = cs.prepare(records)
+    table = cs.fit(cases, max_nfev=min(max_nfev, 40))
+    folds = cs.leave_one_source_out(cases, table) if loso else None
+    doc = cs.fit_document(table, cases, names, folds)
+    out.write_text("# Fitted by `meshplan calibrate`; read by meshplan.serving.constants.\n"
+                   + yaml.safe_dump(doc, sort_keys=False))
+    _report(doc["fit"], out)
+
+
+def _calibrate_training(records, names, out: Path, loso: bool, max_nfev: int) -> None:
     cases = cal.prepare(records)
     table = cal.fit(cases, max_nfev=max_nfev)
     folds = cal.leave_one_source_out(cases, table) if loso else None
-    doc = cal.fit_document(table, cases, [p.name for p in files], folds)
+    doc = cal.fit_document(table, cases, names, folds)
     out.write_text("# Fitted by `meshplan calibrate`; read by meshplan.training.constants.\n"
                    + yaml.safe_dump(doc, sort_keys=False))
-    fit = doc["fit"]
+    _report(doc["fit"], out)
+
+
+def _report(fit: dict, out: Path) -> None:
     console.print(f"fitted on {fit['records']} records -> {out}", highlight=False)
     console.print(f"in-sample: {_fmt(fit['in_sample'])}", highlight=False)
-    if folds is not None:
+    if "leave_one_source_out" in fit:
         console.print(f"leave-one-source-out: {_fmt(fit['leave_one_source_out'])}", highlight=False)
 
 

@@ -37,7 +37,9 @@ def build_serving_plan(**fields) -> ServingPlan:
         return ServingPlan(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
         err = exc.errors()[0]
-        flag = "--" + str(err["loc"][0] if err["loc"] else "plan").replace("_", "-")
+        if not err["loc"]:  # a check across fields: its own sentence names them
+            raise ConfigError(str(err.get("ctx", {}).get("error", err["msg"]))) from None
+        flag = "--" + str(err["loc"][0]).replace("_", "-")
         raise ConfigError(f"{flag} {err.get('input')!r}: {err['msg']}") from None
 
 

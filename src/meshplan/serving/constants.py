@@ -21,6 +21,8 @@ class EngineConstants:
     """Kernel gaps and tails per decoder layer per step."""
     kv_read_efficiency: float
     """Fraction of HBM bandwidth paged decode attention reaches reading the KV cache."""
+    weight_read_efficiency: float
+    """Fraction of HBM bandwidth GEMMs reach streaming weights (memory-bound decode GEMMs)."""
 
 
 FIELDS = tuple(f.name for f in fields(EngineConstants))

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import replace
+
+import numpy as np
 
 from meshplan.costs.comm import collective_time, p2p_time
 from meshplan.costs.constants import constants_for
@@ -44,7 +47,7 @@ class IterationCost:
     def __init__(self, model: ModelSpec, cluster: Cluster, plan: ServingPlan, kv: KVLayout,
                  engine: EngineConstants):
         self.model, self.cluster, self.plan, self.kv, self.k = model, cluster, plan, kv, engine
-        self.c = constants_for(cluster.gpu)
+        self.c = replace(constants_for(cluster.gpu), hbm_efficiency=engine.weight_read_efficiency)
         self.dtype = compute_dtype(plan, cluster)
         self.wwidth = weight_bits(plan.weights_dtype) / 8
         self.layers = Counter(stage_layers(model, plan.pp))
@@ -86,6 +89,25 @@ class IterationCost:
         if pp > 1:
             hop = tokens * self.model.hidden_size * 2.0
             stage = pp * (stage + p2p_time(hop, False, self.cluster))
+        return stage + self.k.iteration_s + self.k.per_seq_s * seqs
+
+    def batch(self, calls: np.ndarray) -> np.ndarray:
+        """Seconds of many iterations at once: `calls` has one row of `__call__`'s arguments
+        per iteration (vectorised; the token-dependent parts are evaluated once per size)."""
+        t, seqs, dec, ctx, pre, pairs, rows = (calls[:, i] for i in range(7))
+        pp = self.plan.pp
+        if pp > 1:
+            t, rows = np.ceil(t / pp), np.ceil(rows / pp)
+            dec, ctx, pre, pairs = dec / pp, ctx / pp, pre / pp, pairs / pp
+        stage = _per_value(self.linear, t) + _per_value(self.head, rows)
+        read = ctx * self.kv.bytes_per_token + dec * self.kv.windowed_bytes_per_request
+        flops = ctx * self.full_flops_per_pair + np.minimum(ctx, dec * self.window) * self.win_flops_per_pair
+        stage += np.where(dec > 0, np.maximum(read * self.kv_read_s_per_byte, flops * self.attn_unit), 0.0)
+        pflops = pairs * self.full_flops_per_pair + np.minimum(pairs, pre * self.window) * self.win_flops_per_pair
+        stage += np.where(pre > 0, pflops * self.attn_unit, 0.0) + self.num_layers * self.k.layer_s
+        if pp > 1:
+            hop = _per_value(lambda n: p2p_time(n * self.model.hidden_size * 2.0, False, self.cluster), t)
+            stage = pp * (stage + hop)
         return stage + self.k.iteration_s + self.k.per_seq_s * seqs
 
     def linear(self, tokens: int) -> float:
@@ -133,11 +155,12 @@ class IterationCost:
             local, split, arriving = mlp.num_experts / p.ep, 1, t * p.dp
         else:
             local, split, arriving = mlp.num_experts, p.tp, t
-        routed = arriving * mlp.top_k * local / mlp.num_experts
+        routed = arriving * mlp.top_k * local / mlp.num_experts * ep_imbalance(arriving * mlp.top_k, p.ep)
         active = local * (1 - (1 - 1 / mlp.num_experts) ** (arriving * mlp.top_k))
         if active < 1e-9:
             return time
-        return time + active * self._mlp(mlp.expert, routed / active, split)
+        per_expert = self._mlp(mlp.expert, routed / active, split) - 2 * self.c.launch_s
+        return time + active * per_expert + 2 * self.c.launch_s  # one grouped GEMM per projection
 
     def _tp_comm(self, t: int) -> float:
         if self.plan.tp == 1:
@@ -150,7 +173,7 @@ class IterationCost:
         mlp = layer.mlp
         if not isinstance(mlp, MoEMLP) or self.plan.ep == 1:
             return 0.0
-        size = t * mlp.top_k * self.model.hidden_size * 2.0
+        size = t * mlp.top_k * self.model.hidden_size * 2.0 * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
         return 2 * collective_time("all_to_all", size, self.ep_group, self.cluster)
 
     def draft(self, rows: int) -> float:
@@ -182,6 +205,22 @@ class IterationCost:
             return 0.0
         flops = pairs * self.full_flops_per_pair + min(pairs, tokens * self.window) * self.win_flops_per_pair
         return flops * self.attn_unit
+
+
+def ep_imbalance(routed: float, ep: int) -> float:
+    """Busiest expert-parallel rank's load / the mean when `routed` token-expert pairs spread at
+    random over `ep` ranks: the expected maximum of ep near-Poisson loads (Gaussian tail),
+    1 + sqrt(2 ln(ep) / mean), never above all of them on one rank."""
+    if ep <= 1 or routed <= 0:
+        return 1.0
+    mean = routed / ep
+    return min(float(ep), 1.0 + math.sqrt(2.0 * math.log(ep) / mean))
+
+
+def _per_value(fn, values: np.ndarray) -> np.ndarray:
+    """fn applied once per distinct value of `values`, broadcast back."""
+    unique, inverse = np.unique(values, return_inverse=True)
+    return np.array([fn(int(v)) for v in unique])[inverse]
 
 
 def _window(layer: LayerSpec) -> int:

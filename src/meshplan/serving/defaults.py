@@ -136,7 +136,7 @@ def trtllm_bench_settings(gpu_memory_bytes: int, *, tp: int, input_len: int, out
     return _ladder(raw_bs, h["batch_ladder"]), _ladder(raw_tokens, h["token_ladder"])
 
 
-def engine_defaults(engine: str, gpu_memory_bytes: int, *, tp: int = 1, input_len: int | None = None,
+def engine_defaults(engine: str, gpu_memory_bytes: int, *, tp: int = 1, pp: int = 1, input_len: int | None = None,
                     output_len: int | None = None, offline: bool = False, gpu_name: str = "",
                     kv_tokens: int | None = None, context_len: int | None = None,
                     weights_bytes: int | None = None, kv_bytes_per_token: int | None = None) -> EngineDefaults:
@@ -181,7 +181,7 @@ def engine_defaults(engine: str, gpu_memory_bytes: int, *, tp: int = 1, input_le
     if bs == "bench_heuristic":
         model = None not in (input_len, output_len, weights_bytes, kv_bytes_per_token)
         if model:
-            bs, tokens = trtllm_bench_settings(gpu_memory_bytes, tp=tp, input_len=input_len, output_len=output_len,
+            bs, tokens = trtllm_bench_settings(gpu_memory_bytes, tp=tp, pp=pp, input_len=input_len, output_len=output_len,
                                                weights_bytes=weights_bytes, kv_bytes_per_token=kv_bytes_per_token,
                                                kv_fraction=fraction)
             how = "trtllm-bench throughput heuristic (bench/build/tuning.py @a7e572fb)"

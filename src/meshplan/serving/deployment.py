@@ -42,8 +42,9 @@ class Pool:
 
 
 def _scheduler(plan: ServingPlan, d: EngineDefaults) -> SchedulerConfig:
-    seqs = plan.max_num_seqs or d.max_num_seqs
-    tokens = plan.max_num_batched_tokens or d.max_num_batched_tokens
+    # With pipeline parallelism the engines keep pp batches in flight, each within the limits.
+    seqs = (plan.max_num_seqs or d.max_num_seqs) * plan.pp
+    tokens = (plan.max_num_batched_tokens or d.max_num_batched_tokens) * plan.pp
     chunked = d.chunked_prefill if plan.chunked_prefill is None else plan.chunked_prefill
     policy = plan.scheduler_policy or d.scheduler_policy
     if plan.engine == "vllm" and tokens < seqs:
@@ -64,7 +65,7 @@ def _defaults(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: W
     mean_out = round(sum(r.output_len for r in reqs) / len(reqs)) if reqs else None
     whole = plan.model_copy(update={"tp": 1, "pp": 1, "ep": 1})
     return engine_defaults(
-        plan.engine, cluster.gpu.hbm_bytes, tp=plan.tp, input_len=mean_in, output_len=mean_out,
+        plan.engine, cluster.gpu.hbm_bytes, tp=plan.tp * plan.dp, pp=plan.pp, input_len=mean_in, output_len=mean_out,
         offline=offline, gpu_name=cluster.gpu.name, kv_tokens=kv_tokens,
         context_len=model.max_position_embeddings or 8192,
         weights_bytes=int(weight_bytes_per_gpu(model, whole)),
@@ -75,7 +76,7 @@ def _memory(model: ModelSpec, cluster: Cluster, plan: ServingPlan, d: EngineDefa
             sched: SchedulerConfig) -> ServingMemory:
     util = plan.gpu_memory_utilization or d.gpu_memory_utilization
     return serving_memory(model, cluster.gpu, plan, utilization=util, block_size=plan.block_size or d.block_size,
-                          max_tokens=sched.max_num_batched_tokens, max_seqs=sched.max_num_seqs,
+                          max_tokens=sched.max_num_batched_tokens // plan.pp, max_seqs=sched.max_num_seqs // plan.pp,
                           fraction_of=d.memory_fraction_of)
 
 

@@ -17,8 +17,13 @@ class BlockPool:
 
     def __init__(self, total: int, block_size: int, hash_block_tokens: int, caching: bool):
         self.total, self.block_size, self.caching = total, block_size, caching
-        self.hash_tokens = hash_block_tokens
-        self.unit_blocks = max(1, math.ceil(hash_block_tokens / block_size))
+        # A cached unit spans whole blocks: lcm(hash block, KV block) tokens, named by the hash
+        # of its last hash block (hashes are chained), e.g. two 16-token hashes per 32-token block.
+        unit = math.lcm(hash_block_tokens, block_size)
+        self.stride = unit // hash_block_tokens
+        self.hash_tokens = unit
+        """Tokens of one cached unit."""
+        self.unit_blocks = unit // block_size
         self.free = total
         self.private = 0
         self.refs: dict[int, int] = {}
@@ -53,6 +58,10 @@ class BlockPool:
         """Return `n` private blocks to the free pool."""
         self.private -= n
         self.free += n
+
+    def units(self, hashes: tuple[int, ...]) -> tuple[int, ...]:
+        """The unit hashes of a request's prefix hashes (every `stride`-th, chained)."""
+        return hashes[self.stride - 1::self.stride] if self.stride > 1 else hashes
 
     def match(self, hashes: tuple[int, ...]) -> int:
         """Leading prefix units of `hashes` present in the cache."""

@@ -41,6 +41,8 @@ class Replica:
         self._start = 0.0
         self._preempted = 0
         self._ndec = 0
+        self.recorded: list[tuple] | None = None
+        """When a list, each iteration's cost-model arguments are appended (schedule replay)."""
 
     @property
     def outstanding(self) -> int:
@@ -60,6 +62,7 @@ class Replica:
     def start(self, now: float) -> float | None:
         """Schedule one iteration at `now`; returns its end time, or None when idle."""
         self._chunks, self._preempted, self._start = [], 0, now
+        self._admit_arrived()
         budget = self.cfg.max_num_batched_tokens
         prefill_only = not self.cfg.mixed_batches and self._prefill_fits()
         self._decoded = self.decode.count > 0 and not prefill_only
@@ -113,10 +116,8 @@ class Replica:
         """Admit waiting requests FCFS while seats, budget and blocks allow."""
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
-            if seq.prefilled:
-                if not self._admit_prefilled(seq):
-                    return
-                continue
+            if seq.prefilled:  # joins at the next iteration's start (see _admit_arrived)
+                return
             if budget <= 0:
                 return
             hit = self._prefix_hit(seq)
@@ -136,12 +137,12 @@ class Replica:
 
     def _prefix_hit(self, seq: Seq) -> int:
         """Cached leading units usable by `seq` (at least one prompt token is recomputed)."""
-        hit = self.pool.match(seq.req.prefix_hashes)
+        hit = self.pool.match(self.pool.units(seq.req.prefix_hashes))
         return min(hit, (seq.prompt - 1) // self.pool.hash_tokens)
 
     def _take(self, seq: Seq, hit: int) -> None:
         """Move `seq` from waiting to running with its cached prefix and window blocks."""
-        seq.units = seq.req.prefix_hashes[:hit]
+        seq.units = self.pool.units(seq.req.prefix_hashes)[:hit]
         self.pool.acquire(seq.units)
         seq.computed = hit * self.pool.hash_tokens
         seq.record.cached_tokens = max(seq.record.cached_tokens, seq.computed)
@@ -179,6 +180,13 @@ class Replica:
             return False
         seq.private += need
         return True
+
+    def _admit_arrived(self) -> None:
+        """Decode pool: requests whose KV arrived join decoding (FCFS) before the step's blocks
+        are grown, so the step allocates their next block and runs their decode."""
+        while self.waiting and self.waiting[0].prefilled and len(self.running) < self.cfg.max_num_seqs:
+            if not self._admit_prefilled(self.waiting[0]):
+                return
 
     def _admit_prefilled(self, seq: Seq) -> bool:
         """Decode pool: a request whose KV arrived joins decoding once its blocks fit."""
@@ -238,7 +246,10 @@ class Replica:
         k = self.cfg.speculative_tokens
         tokens = decodes * (1 + k) + prefill
         ctx = self.decode.context_tokens() * (1 + k) if decodes else 0.0
-        t = self.cost(tokens, decodes + len(self._chunks), decodes, ctx, prefill, pairs, sampling)
+        args = (tokens, decodes + len(self._chunks), decodes, ctx, prefill, pairs, sampling)
+        if self.recorded is not None:
+            self.recorded.append(args)
+        t = self.cost(*args)
         if k and decodes:
             t += k * self.cost.draft(decodes)
         return t
@@ -260,7 +271,8 @@ class Replica:
     def _prefill_done(self, seq: Seq, end: float) -> None:
         del self.prefilling[seq.req.id]
         self._emit(seq, end)
-        taken = self.pool.register(seq.req.prefix_hashes[len(seq.units):seq.computed // self.pool.hash_tokens])
+        units = self.pool.units(seq.req.prefix_hashes)
+        taken = self.pool.register(units[len(seq.units):seq.computed // self.pool.hash_tokens])
         seq.private -= len(taken) * self.pool.unit_blocks
         seq.units = seq.units + taken
         if seq.remaining_output == 0:

@@ -14,11 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from meshplan.costs.comm import p2p_time
+from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.serving.deployment import Pool, build_replicas, resolve_pools
 from meshplan.serving.iterations import IterationLog
-from meshplan.serving.metrics import SLO, ServingMetrics, compute_metrics
+from meshplan.serving.metrics import (
+    SLO, ServingMetrics, compute_metrics, kv_utilization_over_time, queue_length_over_time,
+)
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.replica import Replica
 from meshplan.serving.request import RequestRecord
@@ -47,7 +50,18 @@ class SimulationResult:
                 "simulation": {"requests": len(self.records), "iterations": self.iterations,
                                "simulated_s": self.simulated_s, "wall_s": self.wall_s,
                                "simulated_s_per_wall_s": self.simulated_s / max(self.wall_s, 1e-9)},
-                "deployment": [p.to_dict() for p in self.pools]}
+                "deployment": [p.to_dict() for p in self.pools],
+                "timeseries": self.timeseries()}
+
+    def timeseries(self, bins: int = 50) -> dict:
+        """KV-cache utilization (mean over busy replicas) and waiting requests (summed over
+        replicas) in `bins` equal time bins."""
+        if len(self.log) == 0:
+            return {"t_s": [], "kv_utilization": [], "waiting": []}
+        t, kv = kv_utilization_over_time(self.log, bins)
+        _, waiting = queue_length_over_time(self.log, bins)
+        clean = lambda a: [None if v != v else round(float(v), 4) for v in a]  # noqa: E731
+        return {"t_s": clean(t), "kv_utilization": clean(kv), "waiting": clean(waiting)}
 
 
 class Simulation:
@@ -57,6 +71,8 @@ class Simulation:
                  engine=None):
         self.model, self.cluster, self.plan, self.workload = model, cluster, plan, workload
         self.pools = resolve_pools(model, cluster, plan, workload)
+        for pool in self.pools:
+            check_servable(pool, workload)
         self.log = IterationLog()
         self.groups: list[list[Replica]] = []
         for pool in self.pools:
@@ -136,6 +152,11 @@ class Simulation:
         self._kick(replica, now)
         return done
 
+    def _log_transfer(self, seq: Seq, start: float, end: float, target: Replica) -> None:
+        pool = target.pool
+        self.log.append(target.index, start, end, 0, 0, 1, len(target.waiting),
+                        pool.used, pool.total, kind="transfer")
+
     def _transfer(self, seq: Seq, now: float) -> None:
         """Ship a prefilled request's KV to a decode replica; it arrives after the transfer."""
         target = self.decode.pick(seq.req)
@@ -145,7 +166,26 @@ class Simulation:
         seq.prefilled, seq.units, seq.private = True, (), 0
         seq.record.first_token_s = arrive
         seq.segments = [(arrive, -1)]
+        self._log_transfer(seq, now, arrive, target)
         self._push(arrive, TRANSFER, (seq, target))
+
+
+def check_servable(pool: Pool, workload: Workload) -> None:
+    """Refuse, as the engines do, a request no replica of `pool` could ever run: more KV than
+    the whole cache holds, or (without chunked prefill) a prompt over the token budget."""
+    s, capacity = pool.scheduler, pool.memory.kv_tokens
+    for req in workload.requests:
+        kv = req.input_len + (req.output_len if pool.role != "prefill" else 1)
+        if kv > capacity:
+            raise ConfigError(
+                f"request {req.id} needs KV for {kv:,} tokens ({req.input_len:,} prompt + output) but a "
+                f"{pool.role} replica's KV cache holds {capacity:,}; raise tp/pp, use an fp8 KV cache or "
+                f"cap the lengths (the engines refuse such a max_model_len at start-up)")
+        if not s.chunked_prefill and pool.role != "decode" and req.input_len > s.max_num_batched_tokens:
+            raise ConfigError(
+                f"request {req.id} has a {req.input_len:,}-token prompt but max_num_batched_tokens is "
+                f"{s.max_num_batched_tokens:,} with chunked prefill off; enable chunked prefill or raise "
+                f"max_num_batched_tokens")
 
 
 def simulate(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload, *,

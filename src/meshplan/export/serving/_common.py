@@ -1,0 +1,219 @@
+"""What the serving exporters share: instance layout, dtype facts, shell rendering.
+
+Engine spellings do not live here: each engine module owns its flags and their sources. This
+module knows where each engine instance runs (GPUs, port), how a plan is summarised in the
+script header, and how a command is written as shell text.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from meshplan.errors import ConfigError
+from meshplan.serving.plan import ServingPlan
+
+Flags = list[tuple[str, object]]
+"""(flag, value) pairs in order; value None for a bare switch."""
+
+FIRST_SIDE_PORT = {"nixl": 5600, "bootstrap": 8998}
+"""First of the per-instance side ports (vLLM NIXL handshake, SGLang PD bootstrap defaults)."""
+
+PREQUANTIZED_HINTS = {
+    "fp8": ("fp8",),
+    "int8": ("int8", "w8a8", "w8a16"),
+    "int4": ("awq", "gptq", "int4", "w4a16"),
+    "fp4": ("fp4", "nvfp4", "mxfp4"),
+}
+"""Name fragments that mark a checkpoint as already quantized to that weight dtype."""
+
+DRAFT_VARIABLE = "DRAFT_MODEL"
+STOP_ALL = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # stop the servers with the script"
+
+
+class Raw(str):
+    """Shell text written as is (already quoted or meant to expand)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Instance:
+    """One engine process: its role, GPUs and HTTP port."""
+
+    role: str
+    """"server" (colocated prefill and decode), "prefill" or "decode"."""
+    index: int
+    """Position among the instances of its role, from 0."""
+    tp: int
+    """Tensor-parallel size of this instance (the pool's tp when disaggregated)."""
+    gpus: tuple[int, ...]
+    """Host-local GPU indices, written as CUDA_VISIBLE_DEVICES."""
+    port: int
+
+
+def _pools(plan: ServingPlan) -> list[tuple[str, int, int, int]]:
+    """(role, instances, tp, GPUs per instance) of each pool."""
+    dis = plan.disaggregated
+    if dis is None:
+        return [("server", plan.replicas, plan.tp, plan.gpus_per_replica)]
+    if plan.dp > 1:
+        raise ConfigError(f"dp={plan.dp} with disaggregated pools: the pools size each instance as "
+                          f"its tp x pp GPUs; set dp=1 or serve without disaggregation")
+    pools = []
+    for role, gpus, tp in (("prefill", dis.prefill_gpus, dis.prefill_tp),
+                           ("decode", dis.decode_gpus, dis.decode_tp)):
+        if gpus % (tp * plan.pp):
+            raise ConfigError(f"disaggregated.{role}_gpus={gpus} is not a multiple of "
+                              f"{role}_tp x pp = {tp} x {plan.pp}")
+        pools.append((role, gpus // (tp * plan.pp), tp, tp * plan.pp))
+    return pools
+
+
+def layout(plan: ServingPlan, port: int) -> list[Instance]:
+    """Every instance of `plan` on consecutive GPUs; with several, the entry `port` is left to
+    the router or proxy and the instances take the ports after it."""
+    pools = _pools(plan)
+    several = sum(count for _, count, _, _ in pools) > 1
+    out, gpu, next_port = [], 0, port + 1 if several else port
+    for role, count, tp, width in pools:
+        for i in range(count):
+            out.append(Instance(role=role, index=i, tp=tp, gpus=tuple(range(gpu, gpu + width)),
+                                port=next_port))
+            gpu, next_port = gpu + width, next_port + 1
+    if not 1 <= port <= 65535 or out[-1].port > 65535:
+        raise ConfigError(f"port={port}: the script needs ports {port}..{out[-1].port}, "
+                          f"which must lie within 1..65535")
+    return out
+
+
+def plural(n: int, word: str) -> str:
+    """ "1 GPU", "4 GPUs"."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def gpu_words(inst: Instance) -> str:
+    """ "GPU 3" or "GPUs 0-3" for a comment."""
+    first, last = inst.gpus[0], inst.gpus[-1]
+    return f"GPU {first}" if first == last else f"GPUs {first}-{last}"
+
+
+def check_model(model: str) -> str:
+    """The model id or path, stripped; raise if empty."""
+    if not model or not model.strip():
+        raise ConfigError("model is empty; give a Hugging Face repo id "
+                          "(e.g. meta-llama/Llama-3.1-8B-Instruct) or a local checkpoint path")
+    return model.strip()
+
+
+def activation_dtype(plan: ServingPlan) -> str:
+    """The dtype activations (and an "auto" KV cache) run in: fp16 for fp16 weights, else bf16."""
+    return "fp16" if plan.weights_dtype == "fp16" else "bf16"
+
+
+def looks_prequantized(model: str, weights_dtype: str) -> bool:
+    """Whether the checkpoint's name says it is already quantized to `weights_dtype`."""
+    name = model.lower().replace("_", "-")
+    return any(hint in name for hint in PREQUANTIZED_HINTS.get(weights_dtype, ()))
+
+
+def arg(value: object) -> str:
+    """`value` as one shell word."""
+    if isinstance(value, Raw):
+        return str(value)
+    if isinstance(value, float):
+        return shlex.quote(f"{value:g}")
+    return shlex.quote(str(value))
+
+
+def double_quoted(text: str) -> Raw:
+    """`text` in double quotes, so ${VARIABLES} in it expand (used for JSON naming $DRAFT_MODEL)."""
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`")
+    return Raw(f'"{escaped}"')
+
+
+def command(program: list[str], flags: Flags, *, env: dict[str, object] | None = None,
+            background: bool = False) -> list[str]:
+    """A command as lines joined by backslash continuations, one flag per line."""
+    head = " ".join([f"{k}={arg(v)}" for k, v in (env or {}).items()] + program)
+    parts = [name if value is None else f"{name} {arg(value)}" for name, value in flags]
+    if not parts:
+        return [head + (" &" if background else "")]
+    lines = [head + " \\"] + [f"    {p} \\" for p in parts[:-1]] + [f"    {parts[-1]}"]
+    if background:
+        lines[-1] += " &"
+    return lines
+
+
+def set_knobs(plan: ServingPlan) -> str:
+    """The engine knobs the plan sets, as `name=value` words ("none" when all are defaults)."""
+    names = ("max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization", "chunked_prefill",
+             "prefix_caching", "block_size", "scheduler_policy")
+    words = [f"{n}={getattr(plan, n)}" for n in names if getattr(plan, n) is not None]
+    return ", ".join(words) or "none"
+
+
+def plan_lines(model: str, plan: ServingPlan, instances: list[Instance], engine: str) -> list[str]:
+    """Comment lines describing the plan (what the script launches and why)."""
+    shape = f"pp={plan.pp}, dp={plan.dp}, ep={plan.ep}"
+    dis = plan.disaggregated
+    if dis is None:
+        n = plan.replicas
+        layout_text = (f"{plural(n, 'replica')} x {plural(plan.gpus_per_replica, 'GPU')} "
+                       f"(tp={plan.tp}, {shape})")
+    else:
+        counts = {r: sum(1 for i in instances if i.role == r) for r in ("prefill", "decode")}
+        layout_text = (f"disaggregated: prefill {dis.prefill_gpus} GPUs as {counts['prefill']} x "
+                       f"tp={dis.prefill_tp}, decode {dis.decode_gpus} GPUs as {counts['decode']} x "
+                       f"tp={dis.decode_tp} ({shape})")
+    lines = [f"# Model: {model}",
+             f"# Plan: {layout_text} = {plural(plan.num_gpus, 'GPU')}; weights {plan.weights_dtype}, "
+             f"KV cache {plan.kv_cache_dtype}, router {plan.router}",
+             f"# Knobs set by the plan: {set_knobs(plan)}; the rest keep the engine's defaults."]
+    if plan.engine != engine:
+        lines.append(f"# Note: the plan was modelled for {plan.engine}; its knobs are passed on "
+                     f"under {engine}'s meaning of them.")
+    if len(instances) > 1:
+        lines += [f"# CUDA_VISIBLE_DEVICES assumes all {plan.num_gpus} GPUs sit on one host; across "
+                  f"hosts, run each command on its",
+                  "# own host with its GPUs renumbered from 0, and give the router or proxy the "
+                  "hosts' addresses."]
+    return lines
+
+
+def speculative_lines(plan: ServingPlan, method: str) -> list[str]:
+    """Comment and variable lines that make the user choose the drafter."""
+    return ["", f"# Speculative decoding: the plan drafts {plan.speculative_tokens} tokens per step, each "
+            f"accepted with p={plan.acceptance_rate:g}.",
+            "# The drafter is a choice the plan does not make, and it sets the real acceptance rate.",
+            f"# Below: {method}, which needs a draft model trained for this model; set {DRAFT_VARIABLE}.",
+            f'{DRAFT_VARIABLE}="${{{DRAFT_VARIABLE}:?set {DRAFT_VARIABLE} to a draft model '
+            f'trained for the served model}}"']
+
+
+def quantization_note(model: str, plan: ServingPlan, engine: str) -> tuple[bool, list[str]]:
+    """(whether to pass `--quantization fp8`, comment lines) for the plan's weight dtype."""
+    dtype = plan.weights_dtype
+    if dtype in ("bf16", "fp16"):
+        return False, []
+    pre = looks_prequantized(model, dtype)
+    if dtype == "fp8" and not pre:
+        return True, [f"# fp8 weights: --quantization fp8 quantizes this bf16/fp16 checkpoint when "
+                      f"{engine} loads it. A pre-quantized",
+                      "# FP8 checkpoint needs no flag: the engine reads quantization_config from "
+                      "its config.json."]
+    if pre:
+        return False, [f"# {dtype} weights: the checkpoint's name marks it as pre-quantized, so no "
+                       f"--quantization flag: {engine}",
+                       "# reads quantization_config from its config.json."]
+    need = {"int8": "an INT8 (W8A8 or GPTQ 8-bit) checkpoint",
+            "int4": "an AWQ or GPTQ (4-bit) checkpoint",
+            "fp4": "an NVFP4 or MXFP4 checkpoint (FP4 kernels need Blackwell GPUs)"}[dtype]
+    return False, [f"# {dtype} weights need {need}; {engine} detects its quantization from",
+                   "# config.json. This model's name does not look quantized: point the script at "
+                   "such a checkpoint."]
+
+
+def kv_dtype_error(plan: ServingPlan, engine: str, valid: str) -> ConfigError:
+    """The error for a KV-cache dtype the engine cannot store with these weights."""
+    return ConfigError(f"kv_cache_dtype={plan.kv_cache_dtype!r} with weights_dtype="
+                       f"{plan.weights_dtype!r}: {engine} stores the KV cache in the activation "
+                       f"dtype ({activation_dtype(plan)}) or {valid}; use kv_cache_dtype='auto'")

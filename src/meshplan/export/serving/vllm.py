@@ -1,0 +1,181 @@
+"""vLLM exporter: a shell script of `vllm serve` commands for a ServingPlan.
+
+Flags were checked against vLLM 0.11 sources: vllm/engine/arg_utils.py of vllm-project/vllm
+(https://github.com/vllm-project/vllm/blob/99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b/vllm/engine/arg_utils.py;
+its deprecation notes name v0.12/v0.13 as the removal releases, so it sits in the 0.11 line).
+Where each flag comes from:
+
+- `vllm serve MODEL`, `--host`, `--port`: FrontendArgs in vllm/entrypoints/openai/cli_args.py.
+- `EngineArgs.add_cli_args`, ParallelConfig group: --tensor-parallel-size, --pipeline-parallel-size,
+  --data-parallel-size, --enable-expert-parallel. The EP size is not a flag: vLLM computes it as
+  TP x DP (docs/serving/expert_parallel_deployment.md), so the exporter checks ep == tp x dp.
+- ModelConfig group: --dtype (float16), --quantization (fp8: online FP8 quantization of a
+  bf16/fp16 checkpoint, docs/features/quantization/fp8.md).
+- CacheConfig group: --block-size (BlockSize = 1, 8, 16, 32, 64, 128, 256 and --kv-cache-dtype
+  values auto, bfloat16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc, fp8_ds_mla in vllm/config/cache.py @
+  c1d86421174a87056edc90a41dc9942391509e84), --gpu-memory-utilization,
+  --enable-prefix-caching / --no-enable-prefix-caching.
+- SchedulerConfig group: --max-num-batched-tokens, --max-num-seqs,
+  --enable-chunked-prefill / --no-enable-chunked-prefill. Fields typed `bool | None` get
+  argparse.BooleanOptionalAction in `_compute_kwargs`, hence the --no- spellings.
+- VllmConfig group: --speculative-config (parsed with json.loads; methods of v0.11's
+  SpeculativeMethod include ngram, eagle, eagle3, medusa, mlp_speculator, draft_model, mtp:
+  https://docs.vllm.ai/en/v0.11.0/api/vllm/config/speculative.html) and --kv-transfer-config
+  (KVTransferConfig: kv_connector, kv_role in kv_producer, kv_consumer, kv_both).
+- Disaggregated prefill: NixlConnector with kv_role kv_both on both pools, a distinct
+  VLLM_NIXL_SIDE_CHANNEL_PORT per instance on a host, and the test proxy
+  tests/v1/kv_connector/nixl_integration/toy_proxy_server.py (--port, --prefiller-hosts,
+  --prefiller-ports, --decoder-hosts, --decoder-ports), all from docs/features/nixl_connector_usage.md
+  (https://docs.vllm.ai/en/v0.11.0/features/nixl_connector_usage.html).
+"""
+
+from __future__ import annotations
+
+import json
+
+from meshplan import __version__
+from meshplan.errors import ConfigError
+from meshplan.export.serving._common import (
+    DRAFT_VARIABLE, FIRST_SIDE_PORT, STOP_ALL, Flags, Instance, Raw, activation_dtype, check_model,
+    command, double_quoted, gpu_words, kv_dtype_error, layout, plan_lines, quantization_note,
+    speculative_lines,
+)
+from meshplan.serving.plan import ServingPlan
+
+TARGET_VERSION = "vLLM 0.11 (vllm-project/vllm main @ 99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b)"
+
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+"""vLLM's BlockSize literal (vllm/config/cache.py)."""
+SPECULATIVE_METHOD = "eagle3"
+KV_CONNECTOR = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+ROUTER_NOTES = {"round-robin": "",
+                "least-outstanding": " (each request to the replica with the fewest in flight)",
+                "prefix-affinity": " (requests sharing a prefix or session go to the same replica)"}
+
+
+def _parallel_flags(plan: ServingPlan, tp: int) -> Flags:
+    flags: Flags = []
+    if tp > 1:
+        flags.append(("--tensor-parallel-size", tp))
+    if plan.pp > 1:
+        flags.append(("--pipeline-parallel-size", plan.pp))
+    if plan.dp > 1:
+        flags.append(("--data-parallel-size", plan.dp))
+    if plan.ep > 1:
+        if plan.ep != tp * plan.dp:
+            raise ConfigError(f"ep={plan.ep}: vLLM's --enable-expert-parallel spreads experts over "
+                              f"tp x dp = {tp} x {plan.dp} = {tp * plan.dp} GPUs; set ep to "
+                              f"{tp * plan.dp} or change tp/dp")
+        flags.append(("--enable-expert-parallel", None))
+    return flags
+
+
+def _dtype_flags(model: str, plan: ServingPlan) -> tuple[Flags, list[str]]:
+    flags: Flags = [("--dtype", "float16")] if plan.weights_dtype == "fp16" else []
+    quantize, notes = quantization_note(model, plan, "vLLM")
+    if quantize:
+        flags.append(("--quantization", "fp8"))
+    kv = plan.kv_cache_dtype
+    if kv == "fp8":
+        flags.append(("--kv-cache-dtype", "fp8"))
+    elif kv not in ("auto", activation_dtype(plan)):
+        raise kv_dtype_error(plan, "vLLM", "fp8 (--kv-cache-dtype fp8)")
+    return flags, notes
+
+
+def _knob_flags(plan: ServingPlan) -> Flags:
+    flags: Flags = []
+    if plan.max_num_seqs is not None:
+        flags.append(("--max-num-seqs", plan.max_num_seqs))
+    if plan.max_num_batched_tokens is not None:
+        flags.append(("--max-num-batched-tokens", plan.max_num_batched_tokens))
+    if plan.gpu_memory_utilization is not None:
+        flags.append(("--gpu-memory-utilization", plan.gpu_memory_utilization))
+    if plan.chunked_prefill is not None:
+        flags.append(("--enable-chunked-prefill" if plan.chunked_prefill
+                      else "--no-enable-chunked-prefill", None))
+    if plan.prefix_caching is not None:
+        flags.append(("--enable-prefix-caching" if plan.prefix_caching
+                      else "--no-enable-prefix-caching", None))
+    if plan.block_size is not None:
+        if plan.block_size not in BLOCK_SIZES:
+            raise ConfigError(f"block_size={plan.block_size}: vLLM's --block-size takes "
+                              f"{', '.join(map(str, BLOCK_SIZES))}")
+        flags.append(("--block-size", plan.block_size))
+    return flags
+
+
+def _speculative_flags(plan: ServingPlan) -> Flags:
+    if not plan.speculative_tokens:
+        return []
+    config = {"method": SPECULATIVE_METHOD, "model": f"${{{DRAFT_VARIABLE}}}",
+              "num_speculative_tokens": plan.speculative_tokens}
+    return [("--speculative-config", double_quoted(json.dumps(config)))]
+
+
+def _instance_command(model: str, plan: ServingPlan, inst: Instance, position: int, host: str,
+                      shared: Flags, background: bool) -> list[str]:
+    env: dict[str, object] = {"CUDA_VISIBLE_DEVICES": Raw(",".join(map(str, inst.gpus)))}
+    flags: Flags = [("--host", host), ("--port", inst.port)] + _parallel_flags(plan, inst.tp) + shared
+    if inst.role != "server":
+        # Each instance on a host needs its own NIXL handshake port (a DP rank adds its rank).
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = FIRST_SIDE_PORT["nixl"] + 100 * position
+        flags.append(("--kv-transfer-config", json.dumps(KV_CONNECTOR)))
+    return [f"# {inst.role} {inst.index}: {gpu_words(inst)}, port {inst.port}"] + \
+        command(["vllm", "serve", model], flags, env=env, background=background)
+
+
+def _entry_lines(plan: ServingPlan, instances: list[Instance], port: int) -> list[str]:
+    """What must sit on the entry port when there are several instances (comments only)."""
+    if len(instances) == 1:
+        return []
+    ports = [i.port for i in instances]
+    if plan.disaggregated is None:
+        lines = ["# vLLM has no cross-replica router: put an HTTP load balancer on port "
+                 f"{port} in front of ports {ports[0]}-{ports[-1]}.",
+                 f"# The plan assumed {plan.router} routing{ROUTER_NOTES[plan.router]}."]
+        if plan.dp > 1:
+            lines.append("# Each replica runs its own data-parallel group: replicas sharing a host "
+                         "need distinct --data-parallel-rpc-port values.")
+        return lines
+    pre = [i.port for i in instances if i.role == "prefill"]
+    dec = [i.port for i in instances if i.role == "decode"]
+    return ["# A proxy must send each request to a prefill instance (max_tokens=1) and then, with",
+            "# the returned kv_transfer_params, to a decode instance. vLLM's test proxy does this:",
+            f"#   python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --port {port} \\",
+            f"#     --prefiller-hosts {' '.join(['127.0.0.1'] * len(pre))} "
+            f"--prefiller-ports {' '.join(map(str, pre))} \\",
+            f"#     --decoder-hosts {' '.join(['127.0.0.1'] * len(dec))} "
+            f"--decoder-ports {' '.join(map(str, dec))}",
+            "# NixlConnector needs the nixl package (pip install nixl) on every instance."]
+
+
+def _notes(plan: ServingPlan) -> list[str]:
+    notes = []
+    if plan.scheduler_policy is not None:
+        notes.append(f"# scheduler_policy={plan.scheduler_policy} is a TensorRT-LLM knob with no vLLM "
+                     "flag; vLLM admits greedily and preempts.")
+    if plan.chunked_prefill is False:
+        notes.append("# With chunked prefill off, vLLM needs max_num_batched_tokens >= max_model_len.")
+    return notes
+
+
+def export(model: str, plan: ServingPlan, *, port: int = 8000, host: str = "0.0.0.0") -> str:
+    """A bash script launching `plan` with `vllm serve`: one command per instance."""
+    model = check_model(model)
+    instances = layout(plan, port)
+    dtype_flags, dtype_notes = _dtype_flags(model, plan)
+    shared = dtype_flags + _knob_flags(plan) + _speculative_flags(plan)
+    lines = ["#!/usr/bin/env bash",
+             f"# vLLM launch script generated by meshplan {__version__}",
+             f"# Target: {TARGET_VERSION}"]
+    lines += plan_lines(model, plan, instances, "vllm") + dtype_notes + _notes(plan)
+    several = len(instances) > 1
+    lines += ["set -euo pipefail"] + ([STOP_ALL] if several else [])
+    if plan.speculative_tokens:
+        lines += speculative_lines(plan, f"an EAGLE-3 head (vLLM method {SPECULATIVE_METHOD})")
+    for position, inst in enumerate(instances):
+        lines += [""] + _instance_command(model, plan, inst, position, host, shared, several)
+    if several:
+        lines += [""] + _entry_lines(plan, instances, port) + ["wait"]
+    return "\n".join(lines) + "\n"
