@@ -136,9 +136,28 @@ def residuals(cases: list[FitCase], consts: dict[str, EngineConstants]) -> list[
     return out
 
 
+MIN_METRICS = 20
+"""An engine's constants are fitted only with at least this many measured metrics; below that
+its defaults stand (five constants on a handful of numbers would only be memorised)."""
+ROBUST_SCALE = 0.15
+"""Soft-L1 loss scale in log error: records off by much more than ~15% (transcription doubts,
+undisclosed set-ups) pull on the fit linearly, not quadratically."""
+
+
+def fitted_engines(cases: list[FitCase]) -> list[str]:
+    """Engines with enough measured metrics to fit."""
+    count: dict[str, int] = {}
+    for fc in cases:
+        count[fc.engine] = count.get(fc.engine, 0) + len(fc.measured)
+    return sorted(e for e, n in count.items() if n >= MIN_METRICS)
+
+
 def fit(cases: list[FitCase], max_nfev: int = 60, start_from: dict | None = None) -> dict:
-    """Least-squares fit of each engine's constants; returns {engine: {name: value}}."""
-    engines = sorted({fc.engine for fc in cases})
+    """Robust least-squares fit of each engine's constants; returns {engine: {name: value}}."""
+    engines = fitted_engines(cases)
+    cases = [fc for fc in cases if fc.engine in engines]
+    if not cases:
+        return {}
     start, bounds = _bounds(engines, start_from)
     scale = np.maximum(np.abs(start), 1e-6)
 
@@ -146,7 +165,7 @@ def fit(cases: list[FitCase], max_nfev: int = 60, start_from: dict | None = None
         return np.array(residuals(cases, _constants(x * scale, engines)))
 
     result = least_squares(fun, start / scale, bounds=(bounds[0] / scale, bounds[1] / scale),
-                           diff_step=1e-3, max_nfev=max_nfev)
+                           diff_step=1e-3, max_nfev=max_nfev, loss="soft_l1", f_scale=ROBUST_SCALE)
     consts = _constants(result.x * scale, engines)
     return {e: {name: getattr(k, name) for name in NAMES} for e, k in consts.items()}
 

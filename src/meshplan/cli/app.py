@@ -15,10 +15,11 @@ app = typer.Typer(
 
 def _register() -> None:
     from meshplan.cli import (
-        calibrate, cluster, gpus, models, serve, train, train_export, train_plan, validate,
+        calibrate, cluster, gpus, models, serve, serve_plan, train, train_export, train_plan, validate,
     )
 
-    for module in (models, gpus, cluster, train, train_plan, train_export, serve, validate, calibrate):
+    for module in (models, gpus, cluster, train, train_plan, train_export, serve, serve_plan, validate,
+                   calibrate):
         module.register(app)
 
 
