@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from meshplan.serving.capacity import Targets
 from meshplan.serving.costmodel import IterationCost
 from meshplan.serving.deployment import Pool
+from meshplan.serving.workload import Workload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,6 +33,18 @@ class ReplicaBounds:
     """Requests/s if it only prefilled (disaggregated prefill pool)."""
     decode_rate: float
     """Requests/s if it only decoded (disaggregated decode pool)."""
+
+
+def uncached_input_tokens(unit: Workload) -> float:
+    """Mean prompt tokens a request must prefill at best: leading hash blocks that an earlier
+    request already had count as cached (as with prefix caching), one token always computed."""
+    seen: set[int] = set()
+    total = 0
+    for r in unit.requests:
+        hit = next((i for i, h in enumerate(r.prefix_hashes) if h not in seen), len(r.prefix_hashes))
+        total += r.input_len - min(hit * unit.hash_block_tokens, r.input_len - 1)
+        seen.update(r.prefix_hashes)
+    return total / len(unit)
 
 
 def prefill_time(cost: IterationCost, prompt: int, budget: int) -> float:

@@ -107,9 +107,18 @@ def render(r: SearchResult) -> Group:
         parts.append(Text(f"No plan serves {r.rate:g} req/s within {r.targets.label()} on the GPUs allowed.",
                           style="bold red"))
         for c in r.infeasible:
-            miss = ", ".join(f"{k} {v:+.0%}" for k, v in misses(c).items()) or "throughput"
-            parts.append(Text(f"  {c.gpu} {layout(c)}: misses {miss} even at a trickle"
-                              if c.capacity.rate == 0 else f"  {c.gpu} {layout(c)}: needs more GPUs"))
+            miss = ", ".join(f"P{r.targets.percentile:g} {k} by {v:+.0%}" for k, v in misses(c).items())
+            if c.capacity.rate == 0 and c.capacity.simulations == 0:
+                note = f"a lone request misses {miss}"
+            elif c.capacity.rate == 0:
+                note = f"misses {miss or 'the SLOs'} even at a trickle"
+            elif c.gpus > r.max_gpus:
+                note = (f"sustains {c.capacity.rate:.2f} req/s per unit; needs more GPUs: "
+                        f"{c.gpus} > --max-gpus {r.max_gpus}")
+            else:
+                miss = ", ".join(f"{NAMES.get(k, k)} by {v - 1:+.0%}" for k, v in c.verified_margins.items() if v > 1)
+                note = f"misses {miss or 'an SLO'} at the target rate with {c.gpus} GPUs"
+            parts.append(Text(f"  {c.gpu} {layout(c)}: {note}"))
     pruned = ", ".join(f"{n} {k}" for k, n in sorted(r.pruned.items()))
     parts.append(Text(f"simulated {r.simulated} plans ({r.simulations} simulations), pruned "
                       f"{sum(r.pruned.values())} analytically ({pruned}) in {r.wall_s:.1f} s", style="dim"))

@@ -33,6 +33,7 @@ class SearchResult:
     simulations: int
     pruned: dict[str, int]
     wall_s: float
+    max_gpus: int = 0
 
 
 def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: float, t: Targets, *,
@@ -46,8 +47,9 @@ def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: floa
         raise ConfigError("--objective min-cost needs --price GPU=USD_PER_GPU_HOUR for every --gpu")
     pruned: Counter[str] = Counter()
     cands: list[Candidate] = []
+    hopeless: list[Candidate] = []
     for cluster in clusters:
-        reps = colocated(model, cluster, unit, t, space, rate, max_gpus, pruned)
+        reps = colocated(model, cluster, unit, t, space, rate, max_gpus, pruned, hopeless)
         cands += reps
         if space.disaggregate:
             cands += disaggregated(reps, rate, max_gpus, pruned)
@@ -56,12 +58,13 @@ def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: floa
                            prices, top, workers, pruned)
     feasible = [c for c in done if c.capacity.rate > 0 and c.gpus <= max_gpus]
     feasible.sort(key=lambda c: score(c, objective, prices.get(c.gpu)))
-    ranked = _verify(model, {c.gpu.name: c for c in clusters}, unit, rate, t, feasible[:top], max_gpus)
-    infeasible = sorted((c for c in done if c not in feasible),
+    verified = _verify(model, {c.gpu.name: c for c in clusters}, unit, rate, t, feasible[:top], max_gpus)
+    ranked = sorted((c for c in verified if _meets(c)), key=lambda c: score(c, objective, prices.get(c.gpu)))
+    infeasible = sorted([c for c in done + hopeless if c not in ranked],
                         key=lambda c: max(c.capacity.margins.values(), default=9e9))[:top]
     return SearchResult(ranked=ranked, infeasible=infeasible, rate=rate, targets=t, objective=objective,
                         prices=prices, simulated=len(done), simulations=sims, pruned=dict(pruned),
-                        wall_s=time.perf_counter() - start)
+                        wall_s=time.perf_counter() - start, max_gpus=max_gpus)
 
 
 def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, workers, pruned):
@@ -91,6 +94,10 @@ def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, wor
         if pool:
             pool.shutdown()
     return done, sims
+
+
+def _meets(c: Candidate) -> bool:
+    return all(v <= 1 for v in c.verified_margins.values())
 
 
 def deployment_plan(c: Candidate):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from meshplan.errors import MeshplanError
 from meshplan.hardware import Cluster, get_gpu
 from meshplan.model.spec import ModelSpec
-from meshplan.serving.bounds import ReplicaBounds, replica_bounds, replicas_needed
+from meshplan.serving.bounds import ReplicaBounds, replica_bounds, replicas_needed, uncached_input_tokens
 from meshplan.serving.capacity import Capacity, Targets, capacity
 from meshplan.serving.deployment import build_replicas, resolve_pools
 from meshplan.serving.iterations import IterationLog
@@ -74,10 +74,12 @@ def _dtypes(gpu: Cluster, quantize: bool) -> list[tuple[str, str]]:
 
 
 def colocated(model: ModelSpec, cluster: Cluster, unit: Workload, t: Targets, space: Space,
-              rate: float, max_gpus: int, pruned: dict[str, int]) -> list[Candidate]:
-    """Replica candidates on one GPU type that fit and could meet the SLOs."""
+              rate: float, max_gpus: int, pruned: dict[str, int],
+              hopeless: list[Candidate] | None = None) -> list[Candidate]:
+    """Replica candidates on one GPU type that fit and could meet the SLOs (those that fit but
+    miss an SLO even alone go to `hopeless`, with their lone-request margins)."""
     out, heads = [], model.layers[0].attention.num_heads
-    mean_in, mean_out = unit.total_input_tokens / len(unit), unit.total_output_tokens / len(unit)
+    mean_in, mean_out = uncached_input_tokens(unit), unit.total_output_tokens / len(unit)
     for pp in space.pps:
         fitted_any = False
         for tp in space.tps:
@@ -91,6 +93,10 @@ def colocated(model: ModelSpec, cluster: Cluster, unit: Workload, t: Targets, sp
                     if cand is None:
                         continue
                     fitted_any = True
+                    if cand.capacity is not None:
+                        if hopeless is not None:
+                            hopeless.append(cand)
+                        continue
                     if replicas_needed(rate, cand.bound_rate) * cand.unit_gpus > max_gpus:
                         pruned["bound: cannot reach the rate within --max-gpus"] += 1
                         continue
@@ -108,10 +114,12 @@ def _bounded(model, cluster, plan, unit, t, mean_in, mean_out, pruned) -> Candid
         return None
     (replica,) = build_replicas(model, _sized(cluster, plan.num_gpus), pool, unit, IterationLog(), 0)
     b = replica_bounds(pool, replica.cost, mean_in, mean_out, t)
-    if (t.ttft_ms and b.ttft_ms > t.ttft_ms) or (t.tpot_ms and b.tpot_ms > t.tpot_ms):
+    cand = Candidate(gpu=cluster.gpu.name, plan=plan, unit_gpus=plan.num_gpus, bound_rate=b.max_rate, bounds=b)
+    lone = {"ttft": b.ttft_ms / t.ttft_ms if t.ttft_ms else 0.0, "tpot": b.tpot_ms / t.tpot_ms if t.tpot_ms else 0.0}
+    if max(lone.values()) > 1:
         pruned["bound: a lone request already misses an SLO"] += 1
-        return None
-    return Candidate(gpu=cluster.gpu.name, plan=plan, unit_gpus=plan.num_gpus, bound_rate=b.max_rate, bounds=b)
+        cand.capacity = Capacity(rate=0.0, margins={k: v for k, v in lone.items() if v}, result=None, simulations=0)
+    return cand
 
 
 def _sized(cluster: Cluster, n: int) -> Cluster:
