@@ -93,7 +93,7 @@ def plan_cmd(
                                 dataset=dataset, input_len=input_len, output_len=output_len,
                                 range_ratio=range_ratio, burstiness=burstiness, shared_prefix_len=shared_prefix_len)
     spec = load_model(model)
-    clusters = [Cluster.build(g, max_gpus) for g in gpu]
+    clusters = [Cluster.build(g, 1) for g in gpu]  # hardware only; each plan is sized in the search
     space = Space(engine=engine, quantize=not no_quantization, disaggregate=not no_disaggregation)
     result = search(spec, clusters, unit, rate, t, max_gpus=max_gpus, objective=objective,
                     prices=_prices(price), space=space, top=top, workers=workers)

@@ -64,7 +64,8 @@ LOW_PRECISION = ("fp8", "int8", "fp4")
 
 
 def gemm_time(m: float, n: float, k: float, *, gpu: GPUSpec, dtype: str, c: ComputeConstants,
-              clock: float = 1.0, count: int = 1, weight_width: float | None = None) -> float:
+              clock: float = 1.0, count: int = 1, weight_width: float | None = None,
+              roofline_order: float | None = None) -> float:
     """Seconds for `count` GEMMs of (m x k) @ (k x n) computed in `dtype`
     (bf16/fp16/fp8/int8/fp4/fp32). `weight_width` is the stored bytes per element of the
     (k x n) weight when it differs from the compute dtype (weight-only quantization)."""
@@ -79,7 +80,11 @@ def gemm_time(m: float, n: float, k: float, *, gpu: GPUSpec, dtype: str, c: Comp
     width = {"fp8": 1.0, "int8": 1.0, "fp4": 0.5, "fp32": 4.0}.get(dtype, 2.0)
     weights = k * n * (width if weight_width is None else weight_width)
     memory = (width * (m * k + m * n) + weights) / (gpu.hbm_bandwidth_bytes_per_s * c.hbm_efficiency)
-    return count * (max(compute, memory) + c.launch_s)
+    if roofline_order:
+        body = (compute ** roofline_order + memory ** roofline_order) ** (1 / roofline_order)
+    else:
+        body = max(compute, memory)
+    return count * (body + c.launch_s)
 
 
 def attention_flops(q_tokens: float, kv_tokens: float, heads: int, qk_dim: int, v_dim: int,

@@ -90,6 +90,9 @@ class Capacity:
     """Observed percentile / objective at `rate` (or at the lowest rate tried when 0)."""
     result: SimulationResult | None
     simulations: int
+    limited_by: str = ""
+    """What stops a higher rate: "throughput" (95% of saturation reached), or the SLO
+    (ttft, tpot, e2e) missed just above `rate`."""
 
 
 def capacity(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Workload, t: Targets, *,
@@ -106,11 +109,12 @@ def capacity(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Worklo
     lo, sims = hi / 64, 2
     ok, m_lo, res_lo = trial(lo)
     if not ok:
-        return Capacity(rate=0.0, margins=m_lo, result=res_lo, simulations=sims)
+        return Capacity(rate=0.0, margins=m_lo, result=res_lo, simulations=sims,
+                        limited_by=max(m_lo, key=m_lo.get))
     ok, m_hi, res_hi = trial(hi)
     sims += 1
     if ok:
-        return Capacity(rate=hi, margins=m_hi, result=res_hi, simulations=sims)
+        return Capacity(rate=hi, margins=m_hi, result=res_hi, simulations=sims, limited_by="throughput")
     while hi / lo - 1 > rel_tol and sims < max_sims:
         mid = (lo * hi) ** 0.5
         ok, m, res = trial(mid)
@@ -118,5 +122,6 @@ def capacity(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Worklo
         if ok:
             lo, m_lo, res_lo = mid, m, res
         else:
-            hi = mid
-    return Capacity(rate=lo, margins=m_lo, result=res_lo, simulations=sims)
+            hi, m_hi = mid, m
+    missed = max(m_hi, key=m_hi.get)
+    return Capacity(rate=lo, margins=m_lo, result=res_lo, simulations=sims, limited_by=missed)

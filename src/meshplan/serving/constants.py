@@ -23,6 +23,9 @@ class EngineConstants:
     """Fraction of HBM bandwidth paged decode attention reaches reading the KV cache."""
     weight_read_efficiency: float
     """Fraction of HBM bandwidth GEMMs reach streaming weights (memory-bound decode GEMMs)."""
+    collective_s: float
+    """Fixed time each tensor- or expert-parallel collective adds inside an iteration
+    (synchronisation across ranks, launch and skew) beyond its latency + bandwidth cost."""
 
 
 FIELDS = tuple(f.name for f in fields(EngineConstants))

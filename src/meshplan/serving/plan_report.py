@@ -87,10 +87,12 @@ def why(r: SearchResult) -> str:
     if not r.ranked:
         return ""
     w = r.ranked[0]
-    binding = max(w.capacity.margins.items(), key=lambda kv: kv[1], default=("", 0))[0]
+    limit = w.capacity.limited_by
+    limit = ("throughput (95% of its saturated rate) before any SLO" if limit == "throughput"
+             else f"the P{r.targets.percentile:g} {NAMES.get(limit, limit)} objective")
     text = (f"{layout(w)} on {w.gpu} wins: {w.replicas} unit(s) of {w.unit_gpus} GPU(s) sustain "
-            f"{w.capacity.rate * w.replicas:.1f} req/s ({w.goodput_per_gpu():.2f} per GPU); at capacity "
-            f"the tightest limit is {NAMES.get(binding, binding) or 'throughput'}.")
+            f"{w.capacity.rate * w.replicas:.1f} req/s ({w.goodput_per_gpu():.2f} per GPU); a higher rate "
+            f"is limited by {limit}.")
     if len(r.ranked) > 1:
         b = r.ranked[1]
         text += (f" The runner-up ({layout(b)} on {b.gpu}) needs {b.gpus} GPUs and sustains "

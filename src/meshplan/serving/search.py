@@ -123,7 +123,10 @@ def _bounded(model, cluster, plan, unit, t, mean_in, mean_out, pruned) -> Candid
 
 
 def _sized(cluster: Cluster, n: int) -> Cluster:
-    return Cluster(gpu=cluster.gpu, num_gpus=n, gpus_per_node=cluster.gpus_per_node,
+    """The same hardware with room for `n` GPUs (whole nodes once it spans several)."""
+    per_node = cluster.gpus_per_node
+    n = n if n <= per_node else -(-n // per_node) * per_node
+    return Cluster(gpu=cluster.gpu, num_gpus=n, gpus_per_node=per_node,
                    scale_up_domain=cluster.scale_up_domain,
                    inter_node_bandwidth_bytes_per_s_per_gpu=cluster.inter_node_bandwidth_bytes_per_s_per_gpu,
                    power_limit_w=cluster.power_limit_w)
@@ -162,13 +165,15 @@ def job_args(model, cluster: Cluster, plan: ServingPlan, unit: Workload, t: Targ
 def _job(args) -> Capacity:
     """Capacity of one candidate (run in a worker process; the simulation is not sent back)."""
     model, (gpu, per_node, domain, network, power), plan, unit, t, upper = args
-    cluster = Cluster(gpu=get_gpu(gpu), num_gpus=plan.num_gpus, gpus_per_node=per_node, scale_up_domain=domain,
-                      inter_node_bandwidth_bytes_per_s_per_gpu=network, power_limit_w=power)
+    cluster = _sized(Cluster(gpu=get_gpu(gpu), num_gpus=1, gpus_per_node=per_node, scale_up_domain=domain,
+                             inter_node_bandwidth_bytes_per_s_per_gpu=network, power_limit_w=power),
+                     plan.num_gpus)
     try:
         cap = capacity(model, cluster, plan, unit, t, upper=upper)
     except MeshplanError:
         return Capacity(rate=0.0, margins={}, result=None, simulations=1)
-    return Capacity(rate=cap.rate, margins=cap.margins, result=None, simulations=cap.simulations)
+    return Capacity(rate=cap.rate, margins=cap.margins, result=None, simulations=cap.simulations,
+                    limited_by=cap.limited_by)
 
 
 def best_case(c: Candidate, rate: float, objective: str, price: float | None) -> float:
