@@ -8,7 +8,7 @@ import sys
 import meshplan
 
 EXPECTED_API = [
-    "Cluster", "ConfigError", "GPUSpec", "Interconnect", "MeshplanError", "ModelSpec", "TrainingPlan",
+    "Cluster", "ConfigError", "GPUSpec", "Interconnect", "MeshplanError", "ModelSpec", "SLO", "ServingPlan", "WorkloadSpec", "simulate", "synthesize", "TrainingPlan",
     "UnknownNameError", "__version__", "estimate_memory", "from_config", "get_gpu", "get_interconnect", "list_gpus",
     "list_interconnects", "list_models", "load_model", "resolve_plan",
 ]

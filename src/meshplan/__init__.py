@@ -8,6 +8,10 @@ from meshplan.hardware import (
     Cluster, GPUSpec, Interconnect, get_gpu, get_interconnect, list_gpus, list_interconnects,
 )
 from meshplan.model import ModelSpec, from_config, list_entries as list_models, load_model
+from meshplan.serving.metrics import SLO
+from meshplan.serving.plan import ServingPlan
+from meshplan.serving.simulate import simulate
+from meshplan.serving.workload import WorkloadSpec, synthesize
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
 
 __version__ = "0.1.0"
@@ -19,6 +23,8 @@ __all__ = [
     "Interconnect",
     "MeshplanError",
     "ModelSpec",
+    "SLO",
+    "ServingPlan",
     "TrainingPlan",
     "UnknownNameError",
     "__version__",
@@ -31,4 +37,7 @@ __all__ = [
     "list_models",
     "load_model",
     "resolve_plan",
+    "simulate",
+    "synthesize",
+    "WorkloadSpec",
 ]
