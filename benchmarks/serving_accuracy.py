@@ -22,8 +22,8 @@ DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "run-records" / "serv
 
 DIAGNOSES = [
     (r"gh200.*-tp2-", "GH200 TP2: measured below TP1 on several shapes although TP2 has ~7x the KV "
-                      "room; consistent with TP over a network between single-superchip nodes, which "
-                      "the record does not state (meshplan assumes NVLink within the node)"),
+                      "room; even with TP over the network (1 GPU per node) the model stays 1.2-4x "
+                      "too fast, so the published set-up does not explain it"),
     (r"0\.6\.1-static-a100", "TensorRT-LLM 0.6 static batching (gptSessionBenchmark) on A100: the "
                              "published per-GPU figures are ~3x below what the same engine reports "
                              "for in-flight batching a release later"),
