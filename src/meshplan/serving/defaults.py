@@ -149,48 +149,63 @@ def engine_defaults(engine: str, gpu_memory_bytes: int, *, tp: int = 1, pp: int 
     key = canonical_engine(engine)
     k = knobs(key)
     ctx = {"offline": offline, "gib": gpu_memory_bytes / _GIB, "tp": tp, "name": gpu_name.lower()}
-    mode = "offline" if offline else "server"
     if key == "vllm":
-        tokens = _pick(k["max_num_batched_tokens"], ctx)
-        seqs = min(_pick(k["max_num_seqs"], ctx), tokens)
-        graph = min(seqs * k["cuda_graph_max_batch"]["seqs_factor"], k["cuda_graph_max_batch"]["cap"], tokens)
-        return EngineDefaults(
-            engine=key, max_num_seqs=seqs, max_num_batched_tokens=tokens,
-            gpu_memory_utilization=_pick(k["gpu_memory_utilization"], ctx), block_size=_pick(k["block_size"], ctx),
-            chunked_prefill=_pick(k["chunked_prefill"], ctx), prefix_caching=_pick(k["prefix_caching"], ctx),
-            scheduler_policy=_pick(k["scheduler_policy"], ctx), cuda_graph_max_batch=graph,
-            source_note=f"vLLM V1 {'LLM class' if offline else 'vllm serve'} defaults, "
-                        f"EngineArgs._set_default_args (vllm/engine/arg_utils.py @99d7eb5d)")
+        return _vllm(k, ctx)
     if key == "sglang":
-        chunk = _pick(k["chunked_prefill_size"], ctx)
-        graph = _pick(k["cuda_graph_max_bs"], ctx)
-        known = kv_tokens is not None and context_len is not None
-        seqs = sglang_max_running_requests(kv_tokens, context_len) if known else k["max_running_requests"]["default"]
-        return EngineDefaults(
-            engine=key, max_num_seqs=seqs, max_num_batched_tokens=min(chunk, _pick(k["max_prefill_tokens"], ctx)),
-            gpu_memory_utilization=sglang_mem_fraction_static(gpu_memory_bytes, chunk, graph, tp),
-            block_size=_pick(k["page_size"], ctx), chunked_prefill=_pick(k["chunked_prefill"], ctx),
-            prefix_caching=_pick(k["radix_cache"], ctx), scheduler_policy=_pick(k["schedule_policy"], ctx),
-            cuda_graph_max_batch=graph,
-            source_note="SGLang handle_gpu_memory_settings (arg_groups/memory_hook.py @a82da8da); "
-                        + ("max_running_requests from the KV pool" if known
-                           else "max_running_requests = request-pool floor 2048 (KV pool unknown)"))
+        return _sglang(k, ctx, gpu_memory_bytes, tp, kv_tokens, context_len)
+    sizes = (input_len, output_len, weights_bytes, kv_bytes_per_token)
+    return _trtllm(k, ctx, gpu_memory_bytes, tp, pp, sizes)
+
+
+def _vllm(k: dict, ctx: dict) -> EngineDefaults:
+    tokens = _pick(k["max_num_batched_tokens"], ctx)
+    seqs = min(_pick(k["max_num_seqs"], ctx), tokens)
+    graph = min(seqs * k["cuda_graph_max_batch"]["seqs_factor"], k["cuda_graph_max_batch"]["cap"], tokens)
+    return EngineDefaults(
+        engine="vllm", max_num_seqs=seqs, max_num_batched_tokens=tokens,
+        gpu_memory_utilization=_pick(k["gpu_memory_utilization"], ctx), block_size=_pick(k["block_size"], ctx),
+        chunked_prefill=_pick(k["chunked_prefill"], ctx), prefix_caching=_pick(k["prefix_caching"], ctx),
+        scheduler_policy=_pick(k["scheduler_policy"], ctx), cuda_graph_max_batch=graph,
+        source_note=f"vLLM V1 {'LLM class' if ctx['offline'] else 'vllm serve'} defaults, "
+                    f"EngineArgs._set_default_args (vllm/engine/arg_utils.py @99d7eb5d)")
+
+
+def _sglang(k: dict, ctx: dict, gpu_memory_bytes: int, tp: int, kv_tokens: int | None,
+            context_len: int | None) -> EngineDefaults:
+    chunk = _pick(k["chunked_prefill_size"], ctx)
+    graph = _pick(k["cuda_graph_max_bs"], ctx)
+    known = kv_tokens is not None and context_len is not None
+    seqs = sglang_max_running_requests(kv_tokens, context_len) if known else k["max_running_requests"]["default"]
+    return EngineDefaults(
+        engine="sglang", max_num_seqs=seqs, max_num_batched_tokens=min(chunk, _pick(k["max_prefill_tokens"], ctx)),
+        gpu_memory_utilization=sglang_mem_fraction_static(gpu_memory_bytes, chunk, graph, tp),
+        block_size=_pick(k["page_size"], ctx), chunked_prefill=_pick(k["chunked_prefill"], ctx),
+        prefix_caching=_pick(k["radix_cache"], ctx), scheduler_policy=_pick(k["schedule_policy"], ctx),
+        cuda_graph_max_batch=graph,
+        source_note="SGLang handle_gpu_memory_settings (arg_groups/memory_hook.py @a82da8da); "
+                    + ("max_running_requests from the KV pool" if known
+                       else "max_running_requests = request-pool floor 2048 (KV pool unknown)"))
+
+
+def _trtllm(k: dict, ctx: dict, gpu_memory_bytes: int, tp: int, pp: int, sizes: tuple) -> EngineDefaults:
+    """trtllm-serve's build defaults, or trtllm-bench's heuristic for offline throughput runs."""
     bs, tokens = _pick(k["max_batch_size"], ctx), _pick(k["max_num_tokens"], ctx)
     fraction = _pick(k["gpu_memory_utilization"], ctx)
     how = "trtllm-serve defaults (BuildConfig 2048/8192)"
     if bs == "bench_heuristic":
-        model = None not in (input_len, output_len, weights_bytes, kv_bytes_per_token)
-        if model:
-            bs, tokens = trtllm_bench_settings(gpu_memory_bytes, tp=tp, pp=pp, input_len=input_len, output_len=output_len,
-                                               weights_bytes=weights_bytes, kv_bytes_per_token=kv_bytes_per_token,
-                                               kv_fraction=fraction)
+        input_len, output_len, weights_bytes, kv_bytes_per_token = sizes
+        if None not in sizes:
+            bs, tokens = trtllm_bench_settings(gpu_memory_bytes, tp=tp, pp=pp, input_len=input_len,
+                                               output_len=output_len, weights_bytes=weights_bytes,
+                                               kv_bytes_per_token=kv_bytes_per_token, kv_fraction=fraction)
             how = "trtllm-bench throughput heuristic (bench/build/tuning.py @a7e572fb)"
         else:
             bs, tokens = k["max_batch_size"]["rules"][-1]["value"], k["max_num_tokens"]["rules"][-1]["value"]
             how = "trtllm-bench throughput without model sizes: BuildConfig 2048/8192, heuristic not applied"
     graph = _pick(k["cuda_graph_max_batch"], ctx)
+    mode = "offline" if ctx["offline"] else "server"
     return EngineDefaults(
-        engine=key, max_num_seqs=bs, max_num_batched_tokens=tokens, gpu_memory_utilization=fraction,
+        engine="tensorrt-llm", max_num_seqs=bs, max_num_batched_tokens=tokens, gpu_memory_utilization=fraction,
         block_size=_pick(k["block_size"], ctx), chunked_prefill=_pick(k["chunked_prefill"], ctx),
         prefix_caching=_pick(k["prefix_caching"], ctx), scheduler_policy=_pick(k["scheduler_policy"], ctx),
         cuda_graph_max_batch=bs if graph == "max_batch_size" else graph,

@@ -8,6 +8,7 @@ import yaml
 from pydantic import ValidationError
 
 from meshplan.errors import ConfigError
+from meshplan.model import ModelSpec, load_model
 from meshplan.validate.schema import Record
 
 
@@ -51,3 +52,9 @@ def load_records(path: str | Path) -> list[Record]:
             raise ConfigError(f"{path}: record id {record.id!r} appears twice")
         seen.add(record.id)
     return records
+
+
+def record_model(record: Record) -> ModelSpec:
+    """The ModelSpec of a record's `model` (catalog name or config mapping, `name` for display)."""
+    model = record.model
+    return load_model(model, name=model.get("name") if isinstance(model, dict) else model)

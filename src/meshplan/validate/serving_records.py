@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
-from meshplan.model import load_model
 from meshplan.model.spec import ModelSpec
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import simulate
 from meshplan.serving.workload import Workload, WorkloadSpec, synthesize
+from meshplan.validate.records import record_model
 from meshplan.validate.schema import Record
 
 SERVING_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "requests_per_s", "ttft_ms_mean",
@@ -80,8 +80,7 @@ def _workload(record: Record, seed: int) -> Workload:
 
 def serving_case(record: Record, seed: int = 0) -> ServingCase:
     """The model, cluster, plan and workload a serving record describes."""
-    name = record.model.get("name") if isinstance(record.model, dict) else record.model
-    model = load_model(record.model, name=name)
+    model = record_model(record)
     cluster = Cluster.build(**record.hardware.model_dump())
     return ServingCase(record, model, cluster, _plan(record, model), _workload(record, seed))
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.hardware import Cluster
-from meshplan.model import load_model
 from meshplan.model.spec import ModelSpec
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.resolve import balanced_split
+from meshplan.validate.records import record_model
 from meshplan.validate.schema import Record
 
 PRECISIONS = {"mxfp8": "fp8", "nvfp4": "fp8"}
@@ -32,9 +32,7 @@ def training_case(record: Record) -> TrainingCase:
     a pipeline that does not divide the layers gets the balanced split frameworks use)."""
     t = record.training
     assert t is not None
-    model = record.model
-    name = model.get("name") if isinstance(model, dict) else model
-    spec = load_model(model, name=name)
+    spec = record_model(record)
     cluster = Cluster.build(**record.hardware.model_dump())
     chunks = (t.pp or 1) * (t.vpp or 1)
     split = None if spec.num_layers % chunks == 0 else balanced_split(spec.num_layers, chunks)
