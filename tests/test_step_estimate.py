@@ -100,3 +100,37 @@ def test_cli_estimate_table():
                                  "h100-sxm-80gb", "--num-gpus", "8", "--recompute", "full"])
     assert result.exit_code == 0, result.output
     assert "tokens / s / GPU" in result.stdout and "MFU" in result.stdout
+
+
+def _layer(attention, seq_len, framework="hf"):
+    from meshplan.training.context import cost_context
+    from meshplan.training.layer_time import layer_time
+    cluster = Cluster.build("h100-sxm-80gb", 8)
+    plan = resolve_plan(TrainingPlan(framework=framework, attention=attention, seq_len=seq_len,
+                                     global_batch_size=8, micro_batch_size=1), L8, cluster)
+    return layer_time(cost_context(L8, plan, cluster), L8.layers[0])
+
+
+def test_eager_attention_pays_for_the_score_square():
+    # Unfused attention writes and reads b x heads x s^2 scores through HBM and computes the
+    # whole square; fused kernels skip the masked half and keep scores on chip.
+    fused, eager = _layer("sdpa", 8192), _layer("eager", 8192)
+    assert eager.forward_s > 1.2 * fused.forward_s
+    assert eager.backward_s > fused.backward_s
+    # The extra cost is quadratic in the sequence: 4x the tokens -> ~16x the score traffic.
+    extra_short = _layer("eager", 2048).forward_s - _layer("sdpa", 2048).forward_s
+    extra_long = eager.forward_s - fused.forward_s
+    assert 8 < extra_long / extra_short < 20
+
+
+def test_fsdp_gathers_are_exposed_only_when_they_outlast_compute():
+    def fsdp(gbps, mbs):
+        cluster = Cluster.build("h100-sxm-80gb", 64, inter_node_gbps_per_gpu=gbps)
+        plan = resolve_plan(TrainingPlan(framework="torchtitan", dp_sharding="full", seq_len=4096,
+                                         global_batch_size=64 * mbs, micro_batch_size=mbs),
+                            L70, cluster)
+        return estimate_step(L70, cluster, plan, with_memory=False).breakdown["fsdp_gather_exposed"]
+    fast_net, slow_net = fsdp(400, 1), fsdp(10, 1)
+    assert slow_net > 5 * fast_net
+    # Twice the tokens per micro-batch hide more of the same per-micro-batch traffic.
+    assert fsdp(10, 2) < 2 * slow_net

@@ -41,6 +41,10 @@ class TrainingConstants:
     """Fitted multiplier on all kernel time: how far a framework's real kernels on a GPU family
     fall short of (or beat) the microbenchmark-bounded ideal. The product of a per-architecture
     and a per-framework factor."""
+    attention_scale: float = 1.0
+    """Fitted multiplier on fused-attention kernel time beyond the compute scale: how far
+    training attention kernels (causal masks, short CP ring blocks, GQA layouts) fall short
+    of the microbenchmarked kernel efficiency."""
     layer_overhead_s: float = 0.0
     """Fixed seconds per layer per micro-batch forward (twice in backward): host-side dispatch,
     kernel gaps and small ops the kernel model does not list."""

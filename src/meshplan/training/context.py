@@ -51,7 +51,7 @@ class CostContext:
         dtype = "bf16" if self.gemm_dtype in ("fp8", "bf16") else self.gemm_dtype
         t = attention_time(flops, gpu=self.cluster.gpu, dtype=dtype, c=self.c, clock=self.clock,
                            vendor_kernel=self.plan.framework in VENDOR_ATTENTION)
-        return t * self.k.compute_scale
+        return t * self.k.compute_scale * self.k.attention_scale
 
     def memory(self, bytes_moved: float, kernels: int = 1) -> float:
         """Seconds for memory-bound kernels."""

@@ -2,9 +2,10 @@
 
 GEMMs run on the tokens of one micro-batch (the full local sequence under tensor parallelism;
 column-parallel widths divided by tp); fused attention over the causal (or windowed) keys,
-divided by cp; memory-bound kernels over the bytes they stream; tensor-, context- and
+divided by cp (unfused "eager" attention: batched GEMMs over the whole score square plus its
+softmax passes through HBM); memory-bound kernels over the bytes they stream; tensor-, context- and
 expert-parallel collectives on their placed groups. Backward is twice the forward GEMM work
-(data and weight gradients), 2.5x the attention work, and re-runs forward work for recompute.
+(data and weight gradients), the attention kernel's backward ratio, and re-runs forward work for recompute.
 """
 
 from __future__ import annotations
@@ -72,12 +73,36 @@ def _mlp_gemms(ctx: CostContext, mlp: DenseMLP, rows: float, split: int) -> floa
     return up + ctx.gemm(rows, h, i)
 
 
-def _attention(ctx: CostContext, layer: LayerSpec) -> float:
-    """Fused attention forward time (causal, windowed) for the micro-batch, split by tp and cp."""
+def _attention(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
+    """(forward, backward) attention-core time of the micro-batch, split by tp and cp."""
+    if ctx.plan.attention == "eager":
+        return _eager_attention(ctx, layer)
     a, p = layer.attention, ctx.plan
     keys = mean_visible_keys(p.seq_len, a, causal=True)
     flops = attention_flops(p.seq_len, keys, a.num_heads / p.tp, a.head_dim, a.v_head_dim, False)
-    return ctx.attention(flops * p.micro_batch_size / p.cp)
+    forward = ctx.attention(flops * p.micro_batch_size / p.cp)
+    return forward, ctx.c.attention_backward_ratio * forward
+
+
+EAGER_SCORE_PASSES = (4, 10)
+"""Score-sized HBM passes of unfused attention, in activation-width units: forward writes
+the scores, softmax reads them and writes the probabilities, the value GEMM reads those;
+backward writes and reads the probability gradient, softmax backward reads probabilities and
+gradient and writes the score gradient, which both input-gradient GEMMs read (4 + 6)."""
+
+
+def _eager_attention(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
+    """Unfused attention: scores and weighted values as batched GEMMs over the whole square
+    (the causal mask is applied to the scores, not skipped), softmax as memory passes."""
+    a, p = layer.attention, ctx.plan
+    queries, keys = p.seq_len / p.cp, p.seq_len
+    count = p.micro_batch_size * a.num_heads / p.tp
+    scores = count * ctx.gemm(queries, keys, a.head_dim)
+    values = count * ctx.gemm(queries, a.v_head_dim, keys)
+    elements = count * queries * keys * ctx.act_width
+    forward = scores + values + ctx.memory(EAGER_SCORE_PASSES[0] * elements, kernels=3)
+    backward = 2 * (scores + values) + ctx.memory(EAGER_SCORE_PASSES[1] * elements, kernels=4)
+    return forward, backward
 
 
 def _memory_bound(ctx: CostContext, layer: LayerSpec) -> float:
@@ -131,7 +156,7 @@ def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
     """Forward/backward seconds of `layer` for one micro-batch under the context's plan."""
     k, p = ctx.k, ctx.plan
     dense, experts = _gemms(ctx, layer)
-    attn = _attention(ctx, layer)
+    attn, attn_backward = _attention(ctx, layer)
     mem = _memory_bound(ctx, layer)
     tp, cp = _tp_comm(ctx), _cp_comm(ctx, layer)
     ep = _ep_comm(ctx, layer) * k.ep_overlap_exposed
@@ -140,7 +165,7 @@ def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
     fwd_compute = dense + experts + attn + mem + k.layer_overhead_s
     forward = fwd_compute + tp_exposed + ep + cp_exposed
     grad_gemm = 2 * (dense + experts)
-    backward = grad_gemm + ctx.c.attention_backward_ratio * attn + 2 * mem
+    backward = grad_gemm + attn_backward + 2 * mem
     backward += 2 * (tp_exposed + ep + cp_exposed)
     backward += _recompute(ctx, forward, attn)
     return LayerTime(forward, backward, grad_gemm / 2, 3 * tp, tp_exposed * 3, 3 * ep,

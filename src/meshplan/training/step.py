@@ -50,16 +50,26 @@ def _embedding_and_head(ctx: CostContext, stage: int) -> tuple[float, float]:
     return fwd, bwd
 
 
-def _fsdp_exposed(ctx: CostContext, layers: list, compute: float) -> float:
-    """Per micro-batch FSDP parameter gathers not hidden behind compute (prefetch one unit)."""
+def _fsdp_exposed(ctx: CostContext, layers: list, forward: float,
+                  backward: float) -> tuple[float, float]:
+    """(forward, backward) FSDP communication per micro-batch not hidden behind compute. The
+    forward gathers every unit's parameters once; backward gathers them again and
+    reduce-scatters their gradients (every micro-batch). Each unit's traffic is prefetched
+    behind its neighbour's compute, so a phase is exposed only where its traffic outlasts its
+    compute, plus the overlap penalty on the rest."""
     p = ctx.plan
-    if p.dp_sharding != "full" or ctx.groups.shard.size == 1:
-        return 0.0
+    if p.dp_sharding != "full" or ctx.groups.shard.size == 1 or p.pp > 1:
+        return 0.0, 0.0  # pipelined FSDP keeps units unsharded within the step (see dp_seconds)
     params = sum(sum(layer_split(ctx.model, i, p)) for i in layers)
-    gathers = 2 if p.pp == 1 else 0  # pipelined FSDP keeps units unsharded within the step
-    size = params * ctx.act_width
-    comm = gathers * collective_time("all_gather", size, ctx.groups.shard, ctx.cluster, ctx.comm)
-    return max(0.0, comm - compute) + ctx.k.overlap_penalty * min(comm, compute)
+    grad_width = state_bytes(p, ctx.model.hidden_size).gradients
+    group, cluster, comm = ctx.groups.shard, ctx.cluster, ctx.comm
+    gather = collective_time("all_gather", params * ctx.act_width, group, cluster, comm)
+    scatter = collective_time("reduce_scatter", params * grad_width, group, cluster, comm)
+
+    def exposed(traffic: float, compute: float) -> float:
+        return max(0.0, traffic - compute) + ctx.k.overlap_penalty * min(traffic, compute)
+
+    return exposed(gather, forward), exposed(gather + scatter, backward)
 
 
 def chunk_times(ctx: CostContext) -> list[ChunkTime]:
@@ -72,8 +82,9 @@ def chunk_times(ctx: CostContext) -> list[ChunkTime]:
         b = sum(t.backward_s for t in times)
         first, last = c == 0, c == len(ctx.plan.chunk_layers) - 1
         ef, eb = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
-        fsdp = _fsdp_exposed(ctx, list(chunk), f + b)
-        out.append(ChunkTime(f + ef + fsdp / 2, b + eb + fsdp / 2,
+        fsdp_f, fsdp_b = _fsdp_exposed(ctx, list(chunk), f + ef, b + eb)
+        fsdp = fsdp_f + fsdp_b
+        out.append(ChunkTime(f + ef + fsdp_f, b + eb + fsdp_b,
                              sum(t.weight_grad_s for t in times),
                              sum(t.tp_exposed_s for t in times), sum(t.ep_comm_s for t in times),
                              sum(t.cp_exposed_s for t in times), fsdp))
@@ -100,8 +111,9 @@ def dp_seconds(ctx: CostContext, stage: int, overlap_window: float) -> tuple[flo
     size = (params.dense + params.expert) * grad_width
     if p.dp_sharding == "none":
         total = collective_time("all_reduce", size, group, ctx.cluster, ctx.comm)
-    elif p.dp_sharding == "full" and p.pp == 1:
-        total = collective_time("reduce_scatter", size, group, ctx.cluster, ctx.comm) * p.num_microbatches
+    elif p.dp_sharding == "full" and p.pp == 1:  # per micro-batch, inside backward: the tail
+        total = collective_time("reduce_scatter", size, group, ctx.cluster, ctx.comm)
+        return total, ctx.k.dp_exposed_floor * total
     else:
         total = collective_time("reduce_scatter", size, group, ctx.cluster, ctx.comm)
         total += collective_time("all_gather", size / grad_width * 2, group, ctx.cluster, ctx.comm)
