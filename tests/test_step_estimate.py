@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
 
 from meshplan import Cluster, get_gpu, load_model
 from meshplan.cli.app import app
+from meshplan.costs.comm import collective_time
 from meshplan.costs.constants import constants_for, upper_bound
 from meshplan.costs.ops import clock_factor, gemm_time
+from meshplan.errors import ConfigError
 from meshplan.training import TrainingPlan, resolve_plan
+from meshplan.training.constants import TrainingConstants, apply_fit
+from meshplan.training.context import cost_context
 from meshplan.training.estimate import estimate_step
+from meshplan.training.layer_time import _tp_comm, layer_time
+from meshplan.training.resolve import MICROBATCHES_PER_STAGE
+from meshplan.training.states import layer_split
+from meshplan.training.step import _fsdp_traffic
 
 L8 = load_model("llama-3.1-8b")
 L70 = load_model("llama-3.1-70b")
@@ -134,3 +143,88 @@ def test_fsdp_gathers_are_exposed_only_when_they_outlast_compute():
     assert slow_net > 5 * fast_net
     # Twice the tokens per micro-batch hide more of the same per-micro-batch traffic.
     assert fsdp(10, 2) < 2 * slow_net
+
+
+def test_volta_runs_unfused_attention_and_refuses_flash():
+    # FlashAttention needs compute capability 8.0; Megatron on V100 ran its unfused softmax.
+    model = load_model("llama-3.2-1b")
+    cluster = Cluster.build("v100-sxm2-32gb", 8)
+    plan = resolve_plan(TrainingPlan(framework="megatron", seq_len=2048, global_batch_size=8,
+                                     micro_batch_size=1), model, cluster)
+    assert plan.attention == "eager" and "attention" in plan.chosen
+    assert resolve_plan(TrainingPlan(framework="torchtitan", seq_len=2048, global_batch_size=8,
+                                     micro_batch_size=1), model, cluster).attention == "sdpa"
+    with pytest.raises(ConfigError, match="FlashAttention needs an Ampere"):
+        resolve_plan(TrainingPlan(attention="flash", seq_len=2048, global_batch_size=8,
+                                  micro_batch_size=1), model, cluster)
+
+
+def test_open_global_batch_fills_the_pipeline():
+    cluster = Cluster.build("h100-sxm-80gb", 64)
+    piped = resolve_plan(TrainingPlan(tp=8, pp=4, micro_batch_size=1), L70, cluster)
+    assert piped.num_microbatches == MICROBATCHES_PER_STAGE * 4
+    assert piped.global_batch_size == MICROBATCHES_PER_STAGE * 4 * 2
+    # The batch does not grow with the micro-batch size: bigger micro-batches, fewer of them.
+    wide = resolve_plan(TrainingPlan(tp=8, pp=4, micro_batch_size=4), L70, cluster)
+    assert wide.global_batch_size == piped.global_batch_size and wide.num_microbatches == 8
+    flat = resolve_plan(TrainingPlan(tp=8, micro_batch_size=2), L70, cluster)
+    assert flat.num_microbatches == 1 and flat.global_batch_size == 2 * 8
+
+
+def _sharded(gpus, framework="torchtitan", constants=None):
+    cluster = Cluster.build("h100-sxm-80gb", gpus)
+    plan = resolve_plan(TrainingPlan(framework=framework, dp_sharding="full", seq_len=4096,
+                                     global_batch_size=gpus, micro_batch_size=1), L8, cluster)
+    return cost_context(L8, plan, cluster, constants)
+
+
+def test_sharded_traffic_pays_ring_latency_per_unit():
+    # One gather per transformer block: at fixed bytes, latency grows with the ring's length.
+    layers = list(range(L8.num_layers))
+    small, large = _fsdp_traffic(_sharded(16), layers), _fsdp_traffic(_sharded(2048), layers)
+    assert large[0] > small[0]
+    ctx = _sharded(2048)
+    one_unit = collective_time("all_gather", sum(sum(layer_split(L8, i, ctx.plan)) for i in layers)
+                               * ctx.act_width, ctx.groups.shard, ctx.cluster, ctx.comm)
+    assert large[0] > one_unit
+    # DeepSpeed ZeRO-3 fetches four submodules per layer: more collectives, more latency.
+    assert _fsdp_traffic(_sharded(2048, "deepspeed"), layers)[0] > large[0]
+
+
+def test_framework_sharded_traffic_scale_multiplies_the_traffic():
+    layers = list(range(L8.num_layers))
+    base = _fsdp_traffic(_sharded(64), layers)
+    slow = _fsdp_traffic(_sharded(64, constants=replace(TrainingConstants(), fsdp_comm_scale=8.0)), layers)
+    assert slow == pytest.approx((8 * base[0], 8 * base[1]))
+    k = apply_fit({"framework": {"deepspeed": {"compute_scale": 1.2, "fsdp_comm_scale": 8.0}}},
+                  "deepspeed", "ampere")
+    assert (k.compute_scale, k.fsdp_comm_scale) == (1.2, 8.0)
+    assert apply_fit({}, "deepspeed", "ampere").fsdp_comm_scale == 1.0
+
+
+def test_moe_overhead_lands_on_moe_layers_only():
+    model = load_model("qwen3-30b-a3b")
+    cluster = Cluster.build("h100-sxm-80gb", 8)
+    plan = resolve_plan(TrainingPlan(framework="megatron", ep=8, seq_len=4096, global_batch_size=8,
+                                     micro_batch_size=1), model, cluster)
+    base = TrainingConstants()
+    slow = replace(base, moe_overhead_s=1e-3)
+    moe = model.layers[0]
+    assert (layer_time(cost_context(model, plan, cluster, slow), moe).forward_s
+            - layer_time(cost_context(model, plan, cluster, base), moe).forward_s) == pytest.approx(1e-3)
+    dense_plan = resolve_plan(TrainingPlan(seq_len=4096, global_batch_size=8, micro_batch_size=1),
+                              L8, cluster)
+    assert (layer_time(cost_context(L8, dense_plan, cluster, slow), L8.layers[0])
+            == layer_time(cost_context(L8, dense_plan, cluster, base), L8.layers[0]))
+
+
+def test_hidden_communication_still_costs_the_overlap_penalty():
+    cluster = Cluster.build("h100-sxm-80gb", 8)
+    plan = resolve_plan(TrainingPlan(tp=8, tp_comm_overlap=True, seq_len=4096, global_batch_size=8,
+                                     micro_batch_size=1), L8, cluster)
+    free = replace(TrainingConstants(), tp_overlap_exposed=0.0, overlap_penalty=0.0)
+    taxed = replace(free, overlap_penalty=0.1)
+    ctx = cost_context(L8, plan, cluster, taxed)
+    extra = (layer_time(ctx, L8.layers[0]).forward_s
+             - layer_time(cost_context(L8, plan, cluster, free), L8.layers[0]).forward_s)
+    assert extra == pytest.approx(0.1 * _tp_comm(ctx))

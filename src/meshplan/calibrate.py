@@ -1,8 +1,8 @@
 """Fit the few engine constants of the step-time model on measured training runs.
 
 Fitted: a compute scale per GPU architecture (bounded below so no GEMM runs faster than the
-best measured matmul efficiency of its family) and per framework, the fixed per-layer
-overhead, the exposed share of overlapped tensor-parallel communication and the MoE load
+best measured matmul efficiency of its family) and per framework, a sharded-traffic scale per
+framework with fully sharded runs, the fixed per-layer overhead, the exposed share of overlapped tensor-parallel communication and the MoE load
 imbalance. Robust (soft-L1) least squares on log(predicted / measured) tokens/s with a weak prior
 pulling scales to 1; micro-batch size and virtual stages are chosen once with the default constants.
 Leave-one-source-out refits without each publication and predicts it.
@@ -29,7 +29,7 @@ PRIOR_WEIGHT = 0.3
 ROBUST_SCALE = 0.15
 """Soft-L1 loss scale in log error: records off by much more than ~15% (software generations
 or set-ups a record cannot express) pull on the fit linearly, not quadratically."""
-GLOBALS = (("layer_overhead_s", 2e-5, 0.0, 2e-3), ("tp_overlap_exposed", 0.3, 0.0, 1.0),
+GLOBALS = (("moe_overhead_s", 2e-4, 0.0, 5e-3), ("tp_overlap_exposed", 0.3, 0.0, 1.0),
            ("ep_overlap_exposed", 0.7, 0.0, 1.0), ("moe_imbalance", 1.2, 1.0, 2.0),
            ("attention_scale", 1.0, 0.7, 2.5))
 
@@ -57,20 +57,69 @@ def prepare(records: list[Record]) -> list[Case]:
     return cases
 
 
-def _keys(cases: list[Case]) -> tuple[list[str], list[str]]:
-    archs = sorted({c.cluster.gpu.architecture for c in cases})
-    frameworks = sorted({c.plan.framework for c in cases})
-    return archs, frameworks
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One fitted number: where it goes in the constants table, its start, bounds and whether a
+    weak prior pulls it to 0 (log-scales toward 1)."""
+
+    path: tuple[str, ...]
+    start: float
+    lower: float
+    upper: float
+    log: bool = False
+    """Stored as exp(value): a multiplicative scale fitted in log space."""
+    prior: bool = False
 
 
-def _table(theta: np.ndarray, archs: list[str], frameworks: list[str]) -> dict:
-    n_a, n_f = len(archs), len(frameworks)
-    return {
-        "architecture": {a: {"compute_scale": float(math.exp(theta[i]))} for i, a in enumerate(archs)},
-        "framework": {f: {"compute_scale": float(math.exp(theta[n_a + j]))}
-                      for j, f in enumerate(frameworks)},
-        "global": {name: float(theta[n_a + n_f + k]) for k, (name, *_) in enumerate(GLOBALS)},
-    }
+def _sharded(case: Case) -> bool:
+    p = case.plan
+    return p.dp_sharding == "full" and p.pp == 1 and p.shard_group > 1
+
+
+def parameters(cases: list[Case]) -> list[Param]:
+    """The fitted parameters the cases can inform: a compute scale per GPU architecture (bounded
+    below by the measured matmul ceiling) and per framework, a sharded-traffic scale per
+    framework with fully sharded runs, and the global constants."""
+    out = []
+    for a in sorted({c.cluster.gpu.architecture for c in cases}):
+        c = compute_constants(a)
+        ceiling = upper_bound(a, "gemm_efficiency")
+        floor = math.log(c.gemm_efficiency / ceiling) if ceiling else math.log(0.5)
+        out.append(Param(("architecture", a, "compute_scale"), max(floor, 0.0), floor,
+                         math.log(3.0), log=True, prior=True))
+    for f in sorted({c.plan.framework for c in cases}):
+        out.append(Param(("framework", f, "compute_scale"), 0.0, math.log(0.5), math.log(2.0),
+                         log=True, prior=True))
+    for f in sorted({c.plan.framework for c in cases if _sharded(c)}):
+        out.append(Param(("framework", f, "fsdp_comm_scale"), math.log(8.0), 0.0, math.log(30.0),
+                         log=True, prior=True))
+    out += [Param(("global", name), init, lo, hi) for name, init, lo, hi in GLOBALS]
+    return out
+
+
+def _table(theta: np.ndarray, params: list[Param]) -> dict:
+    table: dict = {}
+    for x, prm in zip(theta, params):
+        node = table
+        for key in prm.path[:-1]:
+            node = node.setdefault(key, {})
+        node[prm.path[-1]] = float(math.exp(x) if prm.log else x)
+    return table
+
+
+def _theta(table: dict, params: list[Param]) -> np.ndarray:
+    """The parameter vector of a constants table (inverse of `_table`); missing entries start
+    where the parameter starts."""
+    values = []
+    for prm in params:
+        node = table
+        for key in prm.path:
+            node = node.get(key, {}) if isinstance(node, dict) else {}
+        if isinstance(node, (int, float)):
+            values.append(math.log(node) if prm.log else float(node))
+        else:
+            values.append(prm.start)
+    return np.array(values)
 
 
 def predict(case: Case, table: dict) -> float:
@@ -80,46 +129,24 @@ def predict(case: Case, table: dict) -> float:
     return est.tokens_per_s_per_gpu
 
 
-def _bounds(archs, frameworks):
-    lower, upper, start = [], [], []
-    for a in archs:
-        c = compute_constants(a)
-        ceiling = upper_bound(a, "gemm_efficiency")
-        floor = math.log(c.gemm_efficiency / ceiling) if ceiling else math.log(0.5)
-        lower.append(floor)
-        upper.append(math.log(3.0))
-        start.append(max(floor, 0.0))
-    for _ in frameworks:
-        lower.append(math.log(0.5)); upper.append(math.log(2.0)); start.append(0.0)
-    for _, init, lo, hi in GLOBALS:
-        lower.append(lo); upper.append(hi); start.append(init)
-    return np.array(start), (np.array(lower), np.array(upper))
-
-
-def _theta(table: dict, archs: list[str], frameworks: list[str]) -> np.ndarray:
-    """The parameter vector of a constants table (inverse of `_table`)."""
-    values = [math.log(table["architecture"].get(a, {}).get("compute_scale", 1.0)) for a in archs]
-    values += [math.log(table["framework"].get(f, {}).get("compute_scale", 1.0)) for f in frameworks]
-    values += [table["global"].get(name, init) for name, init, *_ in GLOBALS]
-    return np.array(values)
-
-
 def fit(cases: list[Case], max_nfev: int = 200, start_from: dict | None = None) -> dict:
     """Least-squares fit of the constants table on `cases` (optionally warm-started)."""
-    archs, frameworks = _keys(cases)
-    start, bounds = _bounds(archs, frameworks)
+    params = parameters(cases)
+    lower = np.array([p.lower for p in params])
+    upper = np.array([p.upper for p in params])
+    start = np.array([p.start for p in params])
     if start_from is not None:
-        start = np.clip(_theta(start_from, archs, frameworks), bounds[0], bounds[1])
-    n_scales = len(archs) + len(frameworks)
+        start = np.clip(_theta(start_from, params), lower, upper)
+    prior = np.array([p.prior for p in params])
 
     def residuals(theta):
-        table = _table(theta, archs, frameworks)
+        table = _table(theta, params)
         errs = [math.log(predict(c, table) / c.measured) for c in cases]
-        return np.array(errs + list(PRIOR_WEIGHT * theta[:n_scales]))
+        return np.array(errs + list(PRIOR_WEIGHT * theta[prior]))
 
-    result = least_squares(residuals, start, bounds=bounds, diff_step=1e-3, max_nfev=max_nfev,
-                           loss="soft_l1", f_scale=ROBUST_SCALE)
-    return _table(result.x, archs, frameworks)
+    result = least_squares(residuals, start, bounds=(lower, upper), diff_step=1e-3,
+                           max_nfev=max_nfev, loss="soft_l1", f_scale=ROBUST_SCALE)
+    return _table(result.x, params)
 
 
 def errors(cases: list[Case], table: dict) -> list[float]:

@@ -45,9 +45,14 @@ class TrainingConstants:
     """Fitted multiplier on fused-attention kernel time beyond the compute scale: how far
     training attention kernels (causal masks, short CP ring blocks, GQA layouts) fall short
     of the microbenchmarked kernel efficiency."""
-    layer_overhead_s: float = 0.0
-    """Fixed seconds per layer per micro-batch forward (twice in backward): host-side dispatch,
-    kernel gaps and small ops the kernel model does not list."""
+    fsdp_comm_scale: float = 1.0
+    """Fitted multiplier on the fully-sharded parameter gathers and gradient reduce-scatters of
+    a framework: how far its sharded-data-parallel traffic falls short of the modelled NCCL ring
+    (per-parameter fetch paths, host synchronisation). 1 = the ring model."""
+    moe_overhead_s: float = 0.0
+    """Fixed seconds per MoE layer per micro-batch forward (twice in backward): router top-k,
+    token permutation bookkeeping and the device-to-host synchronisation the token dispatcher
+    needs to size its all-to-all, which drains the kernel queue each time."""
 
 
 @functools.cache
@@ -61,13 +66,15 @@ def _fitted() -> dict:
 
 
 def apply_fit(table: dict, framework: str, architecture: str) -> TrainingConstants:
-    """Defaults, then the fit's global values; compute_scale = architecture x framework factor."""
+    """Defaults, then the fit's global values; compute_scale = architecture x framework factor;
+    the framework's sharded-traffic factor."""
     names = {f.name for f in fields(TrainingConstants)}
     base = replace(TrainingConstants(), **{k: v for k, v in table.get("global", {}).items()
                                            if k in names})
     arch = table.get("architecture", {}).get(architecture, {}).get("compute_scale", 1.0)
-    fw = table.get("framework", {}).get(framework, {}).get("compute_scale", 1.0)
-    return replace(base, compute_scale=arch * fw)
+    row = table.get("framework", {}).get(framework, {})
+    return replace(base, compute_scale=arch * row.get("compute_scale", 1.0),
+                   fsdp_comm_scale=row.get("fsdp_comm_scale", 1.0))
 
 
 def training_constants(framework: str, architecture: str) -> TrainingConstants:

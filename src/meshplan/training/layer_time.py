@@ -159,10 +159,11 @@ def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
     attn, attn_backward = _attention(ctx, layer)
     mem = _memory_bound(ctx, layer)
     tp, cp = _tp_comm(ctx), _cp_comm(ctx, layer)
-    ep = _ep_comm(ctx, layer) * k.ep_overlap_exposed
-    tp_exposed = tp * (k.tp_overlap_exposed if p.tp_comm_overlap else 1.0)
+    ep = _hidden_share(ctx, _ep_comm(ctx, layer), k.ep_overlap_exposed)
+    tp_exposed = _hidden_share(ctx, tp, k.tp_overlap_exposed if p.tp_comm_overlap else 1.0)
     cp_exposed = max(0.0, cp - attn) + k.overlap_penalty * min(cp, attn)
-    fwd_compute = dense + experts + attn + mem + k.layer_overhead_s
+    overhead = k.moe_overhead_s if isinstance(layer.mlp, MoEMLP) else 0.0
+    fwd_compute = dense + experts + attn + mem + overhead
     forward = fwd_compute + tp_exposed + ep + cp_exposed
     grad_gemm = 2 * (dense + experts)
     backward = grad_gemm + attn_backward + 2 * mem
@@ -170,6 +171,12 @@ def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
     backward += _recompute(ctx, forward, attn)
     return LayerTime(forward, backward, grad_gemm / 2, 3 * tp, tp_exposed * 3, 3 * ep,
                      3 * cp_exposed)
+
+
+def _hidden_share(ctx: CostContext, comm: float, exposed_share: float) -> float:
+    """Time a collective adds when all but `exposed_share` of it runs under compute: the exposed
+    part, plus the overlap penalty on the hidden part (it shares SMs and HBM with the GEMMs)."""
+    return comm * (exposed_share + ctx.k.overlap_penalty * (1.0 - exposed_share))
 
 
 def _recompute(ctx: CostContext, forward: float, attn: float) -> float:

@@ -16,6 +16,18 @@ from meshplan.training.plan import TrainingPlan
 DEFAULT_SHARDING = {"megatron": "optimizer", "nemo": "optimizer", "deepspeed": "optimizer",
                     "torchtitan": "full", "fsdp": "full", "llm-foundry": "full", "maxtext": "full"}
 DEFAULT_ATTENTION = {"megatron": "flash", "nemo": "flash", "hf": "sdpa"}
+TP_OVERLAP_FRAMEWORKS = ("nemo",)
+"""Frameworks whose usual set-up overlaps tensor-parallel communication with the GEMMs (NeMo's
+recipes turn Transformer Engine's tp-comm-overlap on; in Megatron-LM and torchtitan it is an
+opt-in flag)."""
+MICROBATCHES_PER_STAGE = 8
+"""Sequences per data-parallel rank and pipeline stage when the global batch is left open: at
+one sequence per micro-batch, enough that the 1F1B fill and drain (pp - 1 micro-batch slots)
+cost about a ninth of the step."""
+NO_FLASH_ARCHITECTURES = ("volta",)
+"""GPU families FlashAttention does not run on (it needs compute capability 8.0; Turing had
+FlashAttention 1 only). There Megatron runs its unfused softmax path and PyTorch SDPA its
+memory-efficient kernel."""
 
 
 class PlanError(ConfigError):
@@ -155,8 +167,12 @@ def _resolve_batch(plan: TrainingPlan, dp: int, chosen: dict[str, str]) -> tuple
         chosen["micro_batch_size"] = "1 (the smallest; the step-time model picks the fastest)"
     gbs = plan.global_batch_size
     if gbs is None:
-        gbs = mbs * dp * plan.pp
-        chosen["global_batch_size"] = f"{gbs} (one micro-batch per DP rank per pipeline stage)"
+        per_rank = max(mbs, MICROBATCHES_PER_STAGE * plan.pp) if plan.pp > 1 else mbs
+        gbs = per_rank * dp
+        chosen["global_batch_size"] = (
+            f"{gbs} ({per_rank} sequences per DP rank: at one per micro-batch, a 1F1B bubble of "
+            f"about 1/{MICROBATCHES_PER_STAGE + 1})" if plan.pp > 1
+            else f"{gbs} (one micro-batch per DP rank)")
     per_step = mbs * dp
     if gbs % per_step:
         lower = max(per_step, gbs // per_step * per_step)
@@ -192,6 +208,21 @@ def _resolve_schedule(plan: TrainingPlan, vpp: int, m: int) -> str:
     elif vpp > 1:
         raise PlanError(f"vpp={vpp} needs the interleaved schedule, not {schedule!r}")
     return schedule
+
+
+def _resolve_attention(plan: TrainingPlan, cluster: Cluster, chosen: dict[str, str]) -> str:
+    """The attention kernel: the plan's, else the framework's usual one that the GPU can run."""
+    arch = cluster.gpu.architecture
+    if plan.attention == "flash" and arch in NO_FLASH_ARCHITECTURES:
+        raise PlanError(f"attention='flash' does not run on {cluster.gpu.name} ({arch}): "
+                        f"FlashAttention needs an Ampere or newer GPU; use 'eager' or 'sdpa'")
+    if plan.attention:
+        return plan.attention
+    attention = DEFAULT_ATTENTION.get(plan.framework, "sdpa")
+    if attention == "flash" and arch in NO_FLASH_ARCHITECTURES:
+        chosen["attention"] = f"eager (no FlashAttention on {arch})"
+        return "eager"
+    return attention
 
 
 RANK_DIMS = ("tp", "cp", "ep", "dp", "pp")
@@ -231,9 +262,9 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         precision=plan.precision, optimizer=plan.optimizer,
         schedule=_resolve_schedule(plan, vpp, m), rank_order=plan.rank_order, chunk_layers=_chunks(plan, model, vpp),
         framework=plan.framework,
-        attention=plan.attention or DEFAULT_ATTENTION.get(plan.framework, "sdpa"),
+        attention=_resolve_attention(plan, cluster, chosen),
         capacity_factor=plan.capacity_factor,
         tp_comm_overlap=plan.tp > 1 and (plan.tp_comm_overlap if plan.tp_comm_overlap is not None
-                                         else plan.framework == "nemo"),
+                                         else plan.framework in TP_OVERLAP_FRAMEWORKS),
         chosen=chosen, warnings=tuple(warnings),
     )

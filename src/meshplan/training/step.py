@@ -50,6 +50,26 @@ def _embedding_and_head(ctx: CostContext, stage: int) -> tuple[float, float]:
     return fwd, bwd
 
 
+FSDP_COLLECTIVES_PER_LAYER = {"deepspeed": 4}
+"""Parameter gathers (and gradient reduce-scatters) per decoder layer and pass: FSDP2,
+Megatron-FSDP and XLA gather one unit per transformer block; DeepSpeed ZeRO-3 fetches each
+submodule on its own (QKV, output, two MLP projections)."""
+
+
+def _fsdp_traffic(ctx: CostContext, layers: list) -> tuple[float, float]:
+    """(gather, reduce-scatter) seconds of one pass over `layers`' sharded parameters: one
+    collective per unit, each paying the ring's latency, scaled by the framework's fitted
+    sharded-traffic factor."""
+    p = ctx.plan
+    params = sum(sum(layer_split(ctx.model, i, p)) for i in layers)
+    units = max(1, len(layers) * FSDP_COLLECTIVES_PER_LAYER.get(p.framework, 1))
+    grad_width = state_bytes(p, ctx.model.hidden_size).gradients
+    group, cluster, comm = ctx.groups.shard, ctx.cluster, ctx.comm
+    gather = units * collective_time("all_gather", params * ctx.act_width / units, group, cluster, comm)
+    scatter = units * collective_time("reduce_scatter", params * grad_width / units, group, cluster, comm)
+    return gather * ctx.k.fsdp_comm_scale, scatter * ctx.k.fsdp_comm_scale
+
+
 def _fsdp_exposed(ctx: CostContext, layers: list, forward: float,
                   backward: float) -> tuple[float, float]:
     """(forward, backward) FSDP communication per micro-batch not hidden behind compute. The
@@ -60,11 +80,7 @@ def _fsdp_exposed(ctx: CostContext, layers: list, forward: float,
     p = ctx.plan
     if p.dp_sharding != "full" or ctx.groups.shard.size == 1 or p.pp > 1:
         return 0.0, 0.0  # pipelined FSDP keeps units unsharded within the step (see dp_seconds)
-    params = sum(sum(layer_split(ctx.model, i, p)) for i in layers)
-    grad_width = state_bytes(p, ctx.model.hidden_size).gradients
-    group, cluster, comm = ctx.groups.shard, ctx.cluster, ctx.comm
-    gather = collective_time("all_gather", params * ctx.act_width, group, cluster, comm)
-    scatter = collective_time("reduce_scatter", params * grad_width, group, cluster, comm)
+    gather, scatter = _fsdp_traffic(ctx, layers)
 
     def exposed(traffic: float, compute: float) -> float:
         return max(0.0, traffic - compute) + ctx.k.overlap_penalty * min(traffic, compute)
