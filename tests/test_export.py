@@ -40,7 +40,7 @@ MEGATRON_FLAGS = {
     "--num-virtual-stages-per-pipeline-rank", "--use-distributed-optimizer",
     "--num-distributed-optimizer-instances", "--use-megatron-fsdp",
     "--data-parallel-sharding-strategy", "--context-parallel-size", "--use-tp-pp-dp-mapping",
-    "--ckpt-format", "--fp16", "--bf16", "--fp8-format", "--use-precision-aware-optimizer",
+    "--ckpt-format", "--fp16", "--bf16", "--fp8-format", "--fp4-format", "--use-precision-aware-optimizer",
     "--seq-length", "--mock-data", "--vocab-size", "--tokenizer-type",
     "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--num-experts",
     "--moe-layer-freq", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
@@ -201,3 +201,15 @@ def test_unexpressible_plans_raise(target: str, name: str, overrides: dict) -> N
 def test_unknown_target() -> None:
     with pytest.raises(UnknownNameError, match="export target 'megatorn'.*megatron"):
         export_plan("megatorn", *build("llama8b_fsdp"))
+
+
+def test_nvfp4_plans_export_to_megatron_only() -> None:
+    model, cluster = load_model("llama-3.1-8b"), Cluster.build("b200-180gb", 8)
+    plan = resolve_plan(TrainingPlan(precision="fp4", dp_sharding="full", micro_batch_size=1,
+                                     global_batch_size=8, seq_len=4096), model, cluster)
+    text = megatron.export(model, cluster, plan)
+    assert "--fp4-format e2m1" in text and "--bf16" in text
+    assert set(_megatron_flags(text)) <= MEGATRON_FLAGS | TORCHRUN_FLAGS
+    for target in ("torchtitan", "deepspeed"):
+        with pytest.raises(ConfigError, match="fp4"):
+            export_plan(target, model, cluster, plan)

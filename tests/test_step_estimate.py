@@ -228,3 +228,24 @@ def test_hidden_communication_still_costs_the_overlap_penalty():
     extra = (layer_time(ctx, L8.layers[0]).forward_s
              - layer_time(cost_context(L8, plan, cluster, free), L8.layers[0]).forward_s)
     assert extra == pytest.approx(0.1 * _tp_comm(ctx))
+
+
+def test_nvfp4_runs_fp4_gemms_with_heavier_casts():
+    cluster = Cluster.build("b200-180gb", 8)
+    runs = {p: step(model=L8, gpus=8, gpu="b200-180gb", precision=p, seq_len=8192,
+                    global_batch_size=8, micro_batch_size=1) for p in ("bf16", "fp8", "fp4")}
+    speed = {p: r.tokens_per_s_per_gpu for p, r in runs.items()}
+    assert speed["bf16"] < speed["fp8"] < speed["fp4"] < 2 * speed["fp8"]
+    # MFU counts against the dense bf16 peak whatever the GEMM precision.
+    assert runs["fp4"].mfu / runs["bf16"].mfu == pytest.approx(speed["fp4"] / speed["bf16"])
+    plan = resolve_plan(TrainingPlan(precision="fp4", seq_len=8192, global_batch_size=8,
+                                     micro_batch_size=1), L8, cluster)
+    heavy = replace(TrainingConstants(), fp4_cast_scale=4.0)
+    ctx, ctx_heavy = cost_context(L8, plan, cluster), cost_context(L8, plan, cluster, heavy)
+    assert ctx_heavy.gemm(8192, 4096, 4096) > ctx.gemm(8192, 4096, 4096)
+
+
+def test_nvfp4_needs_fp4_tensor_cores():
+    with pytest.raises(ConfigError, match="fp4 tensor cores"):
+        resolve_plan(TrainingPlan(precision="fp4", seq_len=4096, global_batch_size=8,
+                                  micro_batch_size=1), L8, Cluster.build("h100-sxm-80gb", 8))

@@ -112,3 +112,9 @@ def test_serving_accuracy_does_not_regress():
     assert not skips
     assert errors[len(errors) // 2] <= 0.12
     assert sum(e <= 0.25 for e in errors) >= 0.78 * len(errors)
+
+
+def test_block_scaled_record_precisions_map_to_their_gemm_precision():
+    from meshplan.validate.training_records import PRECISIONS
+
+    assert PRECISIONS == {"mxfp8": "fp8", "nvfp4": "fp4"}

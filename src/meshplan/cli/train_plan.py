@@ -59,7 +59,7 @@ def plan_command(
     global_batch_size: int = typer.Option(None, help="Sequences per step."),
     global_batch_tokens: int = typer.Option(None, help="Tokens per step (alternative to the above)."),
     framework: str = typer.Option("megatron", help="megatron, nemo, torchtitan or deepspeed."),
-    precision: str = typer.Option("bf16", help="bf16, fp16, fp8 or fp32."),
+    precision: str = typer.Option("bf16", help="bf16, fp16, fp8, fp4 (NVFP4, Blackwell) or fp32."),
     tp: int = typer.Option(None, help="Pin tensor parallelism."),
     pp: int = typer.Option(None, help="Pin pipeline parallelism."),
     vpp: int = typer.Option(None, help="Pin virtual pipeline stages."),

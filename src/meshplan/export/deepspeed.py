@@ -41,9 +41,9 @@ def _check_expressible(plan: ResolvedPlan) -> None:
         raise ConfigError(f"{sizes}: DeepSpeed's JSON config holds only data parallelism (ZeRO); "
                           f"tensor/pipeline/context/expert parallelism need Megatron-DeepSpeed or "
                           f"model code; export this plan to 'megatron' or set them to 1")
-    if plan.precision == "fp8":
-        raise ConfigError("precision='fp8' has no DeepSpeed config key (FP8 comes from "
-                          "Transformer Engine in model code); use bf16 or fp16")
+    if plan.precision in ("fp8", "fp4"):
+        raise ConfigError(f"precision={plan.precision!r} has no DeepSpeed config key (low-precision "
+                          f"GEMMs come from Transformer Engine in model code); use bf16 or fp16")
     if plan.recompute == "selective" or plan.recompute_num_layers is not None:
         raise ConfigError("DeepSpeed's activation_checkpointing recomputes the layers the model "
                           "wraps; a selective or partial policy is model code: use recompute='full'")

@@ -17,7 +17,8 @@ a main-branch commit after core_r0.14.0). Where each flag is defined there:
   --context-parallel-size, --use-distributed-optimizer, --num-distributed-optimizer-instances,
   --use-megatron-fsdp, --data-parallel-sharding-strategy, --use-tp-pp-dp-mapping
 - `_add_checkpointing_args`: --ckpt-format (Megatron FSDP requires `fsdp_dtensor`)
-- `_add_mixed_precision_args`: --bf16, --fp16; `_add_transformer_engine_args`: --fp8-format
+- `_add_mixed_precision_args`: --bf16, --fp16; `_add_transformer_engine_args`: --fp8-format,
+  --fp4-format (e2m1, the NVFP4 recipe; seen in a later main-branch arguments.py)
 - `_add_experimental_args`: --use-precision-aware-optimizer (required by --optimizer-cpu-offload)
 - `_add_data_args` / `_add_tokenizer_args`: --seq-length, --mock-data, --tokenizer-type, --vocab-size
 - `_add_moe_args`: --num-experts, --moe-layer-freq, --moe-router-topk, --moe-ffn-hidden-size,
@@ -109,7 +110,7 @@ def _mlp_flags(model: ModelSpec, plan: ResolvedPlan) -> Flags:
     if moe.shared is not None:
         flags.append(("--moe-shared-expert-intermediate-size", moe.shared.intermediate_size))
     flags.append(("--moe-token-dispatcher-type", "alltoall" if plan.ep > 1 else "allgather"))
-    if plan.precision in ("bf16", "fp8"):
+    if plan.precision in ("bf16", "fp8", "fp4"):
         flags.append(("--moe-grouped-gemm", None))
     if plan.capacity_factor is not None:
         flags.append(("--moe-expert-capacity-factor", plan.capacity_factor))
@@ -213,7 +214,8 @@ def _recompute_flags(plan: ResolvedPlan) -> Flags:
 
 def _precision_flags(plan: ResolvedPlan) -> Flags:
     flags: Flags = {"bf16": [("--bf16", None)], "fp16": [("--fp16", None)],
-                    "fp8": [("--bf16", None), ("--fp8-format", "hybrid")], "fp32": []}[plan.precision]
+                    "fp8": [("--bf16", None), ("--fp8-format", "hybrid")],
+                    "fp4": [("--bf16", None), ("--fp4-format", "e2m1")], "fp32": []}[plan.precision]
     if plan.optimizer not in ("adam", "adamw"):
         raise ConfigError(f"optimizer={plan.optimizer!r}: Megatron-LM's --optimizer offers "
                           f"adam (decoupled weight decay, i.e. AdamW), sgd and muon; the exporter "

@@ -116,7 +116,8 @@ def _pipeline(plan: ResolvedPlan) -> dict[str, object]:
 def _training(plan: ResolvedPlan) -> Table:
     if plan.precision not in PRECISION:
         raise ConfigError(f"precision={plan.precision!r}: torchtitan's mixed_precision_param is "
-                          f"bfloat16 or float32 (fp8 via the float8 converter); fp16 is not offered")
+                          f"bfloat16 or float32 (fp8 via the float8 converter); "
+                          f"{plan.precision} is not offered")
     if plan.offload_activations:
         raise ConfigError("offload_activations has no torchtitan job-config key in "
                           f"{TARGET_VERSION}; turn it off")

@@ -57,8 +57,10 @@ def act_bytes(plan: ResolvedPlan) -> float:
 
 
 def gemm_input_bytes(plan: ResolvedPlan) -> float:
-    """Transformer Engine saves fp8 casts of GEMM inputs under fp8."""
-    return 1.0 if plan.precision == "fp8" else act_bytes(plan)
+    """Transformer Engine saves fp8 casts of GEMM inputs under fp8 (and, under NVFP4, an fp8-sized
+    footprint: the 4-bit values in two layouts, for the forward and the weight gradient, plus
+    their block scales)."""
+    return 1.0 if plan.precision in ("fp8", "fp4") else act_bytes(plan)
 
 
 FRAMEWORK_PROFILES = {"megatron": "megatron", "nemo": "megatron", "maxtext": "megatron",

@@ -35,6 +35,12 @@ class TrainingConstants:
     (the last bucket, the first parameter gather)."""
     fp8_overhead: float = 0.15
     """Extra GEMM time under fp8 for casts, amax reductions and scaling (relative)."""
+    fp4_cast_scale: float = 2.0
+    """NVFP4 quantization work relative to fp8's, next to the same GEMM: a scale per 16-element
+    block (and 16 x 16 blocks for weights) on top of the tensor scale, the random Hadamard
+    transform of the weight-gradient inputs, stochastic rounding of gradients; about two fp8
+    casts' worth of passes over the bf16 inputs (an assumption, checked against Megatron-Bridge's
+    published NVFP4 / MXFP8 pairs in the README)."""
     step_overhead_s: float = 0.0
     """Fixed time per optimizer step outside the model (data loading, logging, host syncs)."""
     compute_scale: float = 1.0

@@ -15,6 +15,8 @@ from meshplan.training.resolve import ResolvedPlan
 
 
 VENDOR_ATTENTION = ("megatron", "nemo", "maxtext")
+QUANTIZED = ("fp8", "fp4")
+"""GEMM precisions whose inputs are cast and scaled on the fly (attention stays bf16)."""
 """Frameworks whose attention runs Transformer Engine / XLA-tuned kernels rather than FA2."""
 
 
@@ -40,15 +42,21 @@ class CostContext:
 
     def gemm(self, m: float, n: float, k: float) -> float:
         """Seconds for one GEMM of the plan's precision (scaled by the fitted compute scale)."""
-        t = gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=self.gemm_dtype, c=self.c,
-                      clock=self.clock)
-        if self.gemm_dtype == "fp8":
-            t *= 1 + self.k.fp8_overhead
+        t = self._gemm(m, n, k, self.gemm_dtype)
+        if self.gemm_dtype in QUANTIZED:
+            # Casts and scales stream the bf16 inputs, so they are priced next to an fp8 GEMM of
+            # the same shape (not as a share of the faster fp4 one), NVFP4's heavier recipe
+            # counting fp4_cast_scale fp8 casts.
+            casts = self.k.fp8_overhead * self._gemm(m, n, k, "fp8")
+            t += casts * (self.k.fp4_cast_scale if self.gemm_dtype == "fp4" else 1.0)
         return t * self.k.compute_scale
+
+    def _gemm(self, m: float, n: float, k: float, dtype: str) -> float:
+        return gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=dtype, c=self.c, clock=self.clock)
 
     def attention(self, flops: float) -> float:
         """Seconds for fused attention forward doing `flops`."""
-        dtype = "bf16" if self.gemm_dtype in ("fp8", "bf16") else self.gemm_dtype
+        dtype = "bf16" if self.gemm_dtype in QUANTIZED + ("bf16",) else self.gemm_dtype
         t = attention_time(flops, gpu=self.cluster.gpu, dtype=dtype, c=self.c, clock=self.clock,
                            vendor_kernel=self.plan.framework in VENDOR_ATTENTION)
         return t * self.k.compute_scale * self.k.attention_scale
@@ -63,6 +71,8 @@ def _gemm_dtype(plan: ResolvedPlan, cluster: Cluster) -> str:
         return "tf32" if "tf32" in cluster.gpu.dtypes else "fp32"
     if plan.precision == "fp8" and "fp8" not in cluster.gpu.dtypes:
         return "bf16" if "bf16" in cluster.gpu.dtypes else "fp16"
+    if plan.precision == "fp4":  # resolve_plan refused GPUs without fp4 tensor cores
+        return "fp4"
     if plan.precision == "bf16" and "bf16" not in cluster.gpu.dtypes:
         return "fp16"  # V100: fp16 tensor cores
     return plan.precision

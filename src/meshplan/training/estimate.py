@@ -93,7 +93,7 @@ def estimate_step(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
     _, dp_exposed, opt = _dp_and_optimizer(ctx, chunks)
     step = pipe.step_time_s + dp_exposed + opt + ctx.k.step_overhead_s
     model_flops, hw_flops = _flops(model, plan)
-    peak = cluster.gpu.peak_flops(ctx.gemm_dtype if ctx.gemm_dtype != "fp8" else "bf16")
+    peak = cluster.gpu.peak_flops("bf16" if ctx.gemm_dtype in ("fp8", "fp4") else ctx.gemm_dtype)
     gpus = cluster.num_gpus
     return StepEstimate(
         plan=plan, step_time_s=step,

@@ -14,7 +14,7 @@ Framework = Literal["megatron", "nemo", "torchtitan", "deepspeed", "fsdp", "llm-
                     "maxtext", "hf", "other"]
 DPSharding = Literal["none", "optimizer", "gradients", "full"]
 Recompute = Literal["none", "selective", "full"]
-Precision = Literal["fp32", "fp16", "bf16", "fp8"]
+Precision = Literal["fp32", "fp16", "bf16", "fp8", "fp4"]
 Optimizer = Literal["adamw", "adam", "sgd", "adafactor"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
 Attention = Literal["flash", "sdpa", "eager"]
@@ -62,7 +62,8 @@ class TrainingPlan(BaseModel):
     offload_optimizer: bool = False
     """Keep master weights and optimizer states in CPU memory (DeepSpeed/Megatron offload)."""
     precision: Precision = "bf16"
-    """Compute precision of matmuls; fp8 keeps bf16 weights plus fp8 copies."""
+    """Compute precision of matmuls; fp8 keeps bf16 weights plus fp8 copies; fp4 runs the
+    linear layers' GEMMs in NVFP4 (Blackwell) with bf16 weights and attention."""
     optimizer: Optimizer = "adamw"
     """Optimizer whose states are kept per parameter."""
     schedule: Schedule | None = None

@@ -210,6 +210,12 @@ def _resolve_schedule(plan: TrainingPlan, vpp: int, m: int) -> str:
     return schedule
 
 
+def _check_precision(plan: TrainingPlan, cluster: Cluster) -> None:
+    if plan.precision == "fp4" and "fp4" not in cluster.gpu.dtypes:
+        raise PlanError(f"precision='fp4' (NVFP4 GEMMs) needs fp4 tensor cores (Blackwell); "
+                        f"{cluster.gpu.name} has none: use fp8 or bf16")
+
+
 def _resolve_attention(plan: TrainingPlan, cluster: Cluster, chosen: dict[str, str]) -> str:
     """The attention kernel: the plan's, else the framework's usual one that the GPU can run."""
     arch = cluster.gpu.architecture
@@ -238,6 +244,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
     """Check `plan` against `model` and `cluster` and fill every open field."""
     chosen: dict[str, str] = {}
     _check_rank_order(plan.rank_order)
+    _check_precision(plan, cluster)
     dp = _resolve_dp(plan, cluster.num_gpus)
     _check_heads(plan, model)
     etp, expert_dp = _resolve_experts(plan, model, dp)

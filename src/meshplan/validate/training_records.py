@@ -11,8 +11,8 @@ from meshplan.training.resolve import balanced_split
 from meshplan.validate.records import record_model
 from meshplan.validate.schema import Record
 
-PRECISIONS = {"mxfp8": "fp8", "nvfp4": "fp8"}
-"""Block-scaled formats the cost model treats as fp8 for now."""
+PRECISIONS = {"mxfp8": "fp8", "nvfp4": "fp4"}
+"""Block-scaled formats by the GEMM precision they run: MXFP8 as fp8, NVFP4 as fp4."""
 
 
 @dataclass(frozen=True, slots=True)
