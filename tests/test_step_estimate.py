@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from meshplan import Cluster, get_gpu, load_model
 from meshplan.cli.app import app
 from meshplan.costs.comm import collective_time
-from meshplan.costs.constants import constants_for, upper_bound
+from meshplan.costs.constants import constants_for, gpu_ceiling, upper_bound
 from meshplan.costs.ops import clock_factor, gemm_time
 from meshplan.errors import ConfigError
 from meshplan.training import TrainingPlan, resolve_plan
@@ -193,7 +193,7 @@ def test_sharded_traffic_pays_ring_latency_per_unit():
 
 def test_framework_sharded_traffic_scale_multiplies_the_traffic():
     layers = list(range(L8.num_layers))
-    base = _fsdp_traffic(_sharded(64), layers)
+    base = _fsdp_traffic(_sharded(64, constants=TrainingConstants()), layers)
     slow = _fsdp_traffic(_sharded(64, constants=replace(TrainingConstants(), fsdp_comm_scale=8.0)), layers)
     assert slow == pytest.approx((8 * base[0], 8 * base[1]))
     k = apply_fit({"framework": {"deepspeed": {"compute_scale": 1.2, "fsdp_comm_scale": 8.0}}},
@@ -249,3 +249,26 @@ def test_nvfp4_needs_fp4_tensor_cores():
     with pytest.raises(ConfigError, match="fp4 tensor cores"):
         resolve_plan(TrainingPlan(precision="fp4", seq_len=4096, global_batch_size=8,
                                   micro_batch_size=1), L8, Cluster.build("h100-sxm-80gb", 8))
+
+
+def test_gpu_models_run_gemms_at_their_own_measured_ceiling():
+    # mamf-*-gb200 / b200: GB200 reaches 72.9% of its listed bf16 peak, B200 77.6% of its own.
+    b200, gb200 = constants_for(get_gpu("b200-180gb")), constants_for(get_gpu("gb200-186gb"))
+    assert gb200.gemm_efficiency / b200.gemm_efficiency == pytest.approx(0.729 / 0.776)
+    assert gb200.fp8_gemm_efficiency / b200.fp8_gemm_efficiency == pytest.approx(0.723 / 0.763)
+    assert constants_for(get_gpu("gb300-288gb")) == constants_for(get_gpu("b200-180gb"))  # no record
+    for name in ("a100-sxm-80gb", "h100-sxm-80gb", "gh200-96gb", "b200-180gb", "gb200-186gb",
+                 "b300-288gb", "mi300x-192gb"):
+        gpu = get_gpu(name)
+        assert constants_for(gpu).gemm_efficiency <= gpu_ceiling(gpu, "gemm_efficiency")
+
+
+def test_every_gpu_ceiling_row_names_a_catalog_gpu_and_a_microbenchmark():
+    from meshplan.costs.constants import _data
+    from meshplan.hardware import list_gpus
+
+    names = {g.name for g in list_gpus()}
+    for gpu, row in _data()["gpus"].items():
+        assert gpu in names
+        for value in row.values():
+            assert 0 < value["value"] < 1 and value["source"].startswith("mamf-")

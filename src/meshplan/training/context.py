@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from meshplan.costs.comm import CommConstants, load_constants
-from meshplan.costs.constants import constants_for, upper_bound
+from meshplan.costs.constants import constants_for, gpu_ceiling
 from meshplan.costs.ops import ComputeConstants, attention_time, clock_factor, gemm_time, memory_time
-from meshplan.hardware import Cluster
+from meshplan.hardware import Cluster, GPUSpec
 from meshplan.model.spec import ModelSpec
 from meshplan.training.constants import TrainingConstants, training_constants
 from meshplan.training.groups import PlanGroups, plan_groups
@@ -85,9 +85,9 @@ def _recompute_share(model: ModelSpec, plan: ResolvedPlan) -> float:
     return min(1.0, plan.recompute_num_layers / per_chunk)
 
 
-def _bounded(k: TrainingConstants, c: ComputeConstants, architecture: str) -> TrainingConstants:
+def _bounded(k: TrainingConstants, c: ComputeConstants, gpu: GPUSpec) -> TrainingConstants:
     """Keep the fitted compute scale from pushing GEMMs past the measured matmul ceiling."""
-    ceiling = upper_bound(architecture, "gemm_efficiency")
+    ceiling = gpu_ceiling(gpu, "gemm_efficiency")
     floor = c.gemm_efficiency / ceiling if ceiling else 0.0
     return replace(k, compute_scale=max(k.compute_scale, floor))
 
@@ -96,9 +96,8 @@ def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster,
                  constants: TrainingConstants | None = None) -> CostContext:
     """Build the cost context of a resolved plan (optionally with explicit engine constants)."""
     gpu = cluster.gpu
-    k = _bounded(constants or training_constants(plan.framework, gpu.architecture),
-                 constants_for(gpu), gpu.architecture)
     c = constants_for(gpu)
+    k = _bounded(constants or training_constants(plan.framework, gpu.architecture), c, gpu)
     return CostContext(
         model=model, plan=plan, cluster=cluster, groups=plan_groups(plan, cluster),
         c=c, comm=load_constants(gpu.name), k=k,
