@@ -32,8 +32,9 @@ DIAGNOSES = [
     (r"405b-512gpu-1f1b", "1F1B and interleaved 1F1B publish identical schema fields; meshplan "
                           "picks the faster schedule, matching the interleaved run"),
     (r"deepseekv3-gb300", "three GB300 DeepSeek-V3 runs of one layout from three releases: the "
-                          "mbs-2 run is too fast, the later mbs-1 runs too slow; newer releases cut "
-                          "the host stall per MoE layer that meshplan charges per micro-batch"),
+                          "mbs-2 run lands within 5%, the later mbs-1 runs are faster than that; "
+                          "newer releases cut the host stall per MoE layer that meshplan charges "
+                          "per micro-batch"),
     (r"asynctp.*float8-tensorwise-asynctp", "async TP is not a schema field; torchtitan's default "
                                             "(off) is priced"),
     (r"t3-llama31-8b-128gpu-fsdp$", "torch.compile is not a schema field: the compiled twin (same "

@@ -272,3 +272,22 @@ def test_every_gpu_ceiling_row_names_a_catalog_gpu_and_a_microbenchmark():
         assert gpu in names
         for value in row.values():
             assert 0 < value["value"] < 1 and value["source"].startswith("mamf-")
+
+
+def test_moe_layers_stream_their_routed_copies():
+    # Permute, sort and combine move every routed copy through HBM: top-8 routing pays for
+    # twice the copies of top-4 at the same expert width and count.
+    from meshplan.training.layer_time import MOE_PERMUTE_PASSES, _memory_bound
+
+    model = load_model("qwen3-30b-a3b")
+    cluster = Cluster.build("h100-sxm-80gb", 8)
+    plan = resolve_plan(TrainingPlan(ep=8, seq_len=4096, global_batch_size=8, micro_batch_size=1),
+                        model, cluster)
+    ctx = cost_context(model, plan, cluster, TrainingConstants())
+    moe = model.layers[0]
+    top4 = replace(moe, mlp=replace(moe.mlp, top_k=4))
+    extra = _memory_bound(ctx, moe) - _memory_bound(ctx, top4)
+    inter = moe.mlp.expert.intermediate_size * 4  # the activation traffic of 4 more copies
+    per_token = 2 * MOE_PERMUTE_PASSES * model.hidden_size * 4 * ctx.k.moe_imbalance + 6 * inter
+    expected = per_token * ctx.tokens / (cluster.gpu.hbm_bandwidth_bytes_per_s * ctx.c.hbm_efficiency)
+    assert extra == pytest.approx(expected, rel=1e-6)

@@ -105,6 +105,13 @@ def _eager_attention(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
     return forward, backward
 
 
+MOE_PERMUTE_PASSES = 8
+"""Token-sized HBM passes per routed copy in one MoE forward: the dispatcher's permute (read the
+token, write its copy), the sort into expert order after the all-to-all (read, write), its
+inverse after the experts (read, write) and the combine that weights and sums the copies back
+into their token (read, write)."""
+
+
 def _memory_bound(ctx: CostContext, layer: LayerSpec) -> float:
     """Norms, rotary, activation and residual kernels of the forward pass."""
     p, h = ctx.plan, ctx.model.hidden_size
@@ -116,6 +123,9 @@ def _memory_bound(ctx: CostContext, layer: LayerSpec) -> float:
     per_token = 2 * (4 * h / sp + 6 * h / sp)  # two norms (read+write), two residual adds
     per_token += 2 * 2 * (a.num_heads + a.num_kv_heads) * a.head_dim / p.tp  # rotary on q, k
     per_token += 2 * 3 * inter  # gate/up read, activation write
+    if isinstance(mlp, MoEMLP):
+        routed = mlp.top_k * p.etp / p.tp * imbalance(ctx)
+        per_token += 2 * MOE_PERMUTE_PASSES * h * routed
     return ctx.memory(per_token * ctx.tokens * ctx.act_width / 2, kernels=ctx.k.kernels_per_layer)
 
 
