@@ -15,9 +15,9 @@ from meshplan.training.resolve import ResolvedPlan
 
 
 VENDOR_ATTENTION = ("megatron", "nemo", "maxtext")
+"""Frameworks whose attention runs Transformer Engine / XLA-tuned kernels rather than FA2."""
 QUANTIZED = ("fp8", "fp4")
 """GEMM precisions whose inputs are cast and scaled on the fly (attention stays bf16)."""
-"""Frameworks whose attention runs Transformer Engine / XLA-tuned kernels rather than FA2."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
