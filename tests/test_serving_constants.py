@@ -51,17 +51,16 @@ def test_every_row_is_complete_and_sourced():
             assert bound is None or row[name]["value"] <= bound
 
 
-def test_a_generation_row_inherits_its_parents_fitted_kernel_constants():
+def test_an_unfitted_generation_row_is_priced_as_its_parent():
     # The PyTorch backend runs the TensorRT-engine runtime's kernels: unfitted, it takes that
-    # row's fitted efficiencies, and its own host-runtime assumptions.
+    # row's constants, fitted values included; its own fit overrides them.
     parent = {"kv_read_efficiency": 0.61, "grouped_gemm_efficiency": 0.42, "iteration_s": 1e-3}
     k = resolve("tensorrt-llm-pytorch", {"tensorrt-llm": parent})
-    own = _rows("serving_constants.yaml")["engines"]["tensorrt-llm-pytorch"]
-    assert k.kv_read_efficiency == 0.61 and k.grouped_gemm_efficiency == 0.42
-    assert k.iteration_s == own["iteration_s"]["value"]
+    assert k == resolve("tensorrt-llm", {"tensorrt-llm": parent})
+    assert k.kv_read_efficiency == 0.61 and k.iteration_s == 1e-3
     fitted = resolve("tensorrt-llm-pytorch", {"tensorrt-llm": parent,
                                               "tensorrt-llm-pytorch": {"kv_read_efficiency": 0.7}})
-    assert fitted.kv_read_efficiency == 0.7
+    assert fitted.kv_read_efficiency == 0.7 and fitted.grouped_gemm_efficiency == 0.42
     assert upper_bound("tensorrt-llm-pytorch", "kv_read_efficiency") == upper_bound("tensorrt-llm", "kv_read_efficiency")
 
 
