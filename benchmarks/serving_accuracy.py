@@ -21,16 +21,17 @@ from meshplan.validate.run import error_stats
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "run-records" / "serving-calibration.yaml"
 
 DIAGNOSES = [
-    (r"gh200.*-tp2-", "GH200 TP2: measured below TP1 on several shapes although TP2 has ~7x the KV "
-                      "room; even with TP over the network (1 GPU per node) the model stays 1.2-4x "
-                      "too fast, so the published set-up does not explain it"),
-    (r"0\.6\.1-static-a100", "TensorRT-LLM 0.6 static batching (gptSessionBenchmark) on A100: the "
-                             "published per-GPU figures are ~3x below what the same engine reports "
-                             "for in-flight batching a release later"),
-    (r"qwen3-30b-a3b|qwen3-235b", "fine-grained MoE (128 experts) in TensorRT-LLM 1.0's PyTorch "
-                                  "backend: grouped-GEMM efficiency at a few rows per expert is not "
-                                  "modelled beyond the roofline"),
-    (r"vllm-fp8kv", "vLLM constants are defaults (4 records are too few to fit five constants)"),
+    (r"gh200.*-tp2-", "GH200 TP2: measured below TP1 on several shapes although TP2 has ~5x the KV "
+                      "room; no single set-up explains it: TP over a network fits each shape only at "
+                      "its own bandwidth (10-150 Gb/s), a batch cap only at its own size (8-64)"),
+    (r"0\.6\.1-static-a100-fp16-llama-70b", "TensorRT-LLM 0.6 A100 70B TP4: the table's 'out tok/s' is "
+                                            "per GPU like the H100 table's (x4 the model lands within "
+                                            "-20..0%), transcribed as the total"),
+    (r"qwen3-30b-a3b|qwen3-235b", "fine-grained MoE (128 experts) in TensorRT-LLM 1.0: one fitted "
+                                  "grouped-GEMM efficiency for all its MoE runs leaves prefill-heavy "
+                                  "shapes too fast and B200 vs GB200 differences (up to 40%) unexplained"),
+    (r"vllm-fp8kv", "vLLM constants are defaults (4 records are too few to fit); the gpt-oss mapping "
+                    "omits its MXFP4 experts and sliding-window layers"),
 ]
 
 

@@ -117,6 +117,16 @@ def test_other_engines_run(engine):
     assert len(data["deployment"]) == 1
 
 
+def test_engine_version_selects_the_tensorrt_llm_generation():
+    # 0.13 (TensorRT engines, C++ executor) and 1.0 (PyTorch backend) are priced with their own
+    # fitted constants; no version means the current generation.
+    args = (*SMALL, "--engine", "tensorrt-llm", "--concurrency", "16")
+    old = run_json(*args, "--engine-version", "0.13.0")["metrics"]["tpot_ms"]["mean"]
+    new = run_json(*args, "--engine-version", "1.0")["metrics"]["tpot_ms"]["mean"]
+    default = run_json(*args)["metrics"]["tpot_ms"]["mean"]
+    assert old != new and default == new
+
+
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "tensorrt-llm"])
 def test_disaggregated_pools(engine):
     data = run_json(*SMALL, "--engine", engine, "--request-rate", "20",

@@ -101,17 +101,18 @@ SERVING_CALIBRATION = SHARED / "run-records" / "serving-calibration.yaml"
 
 @pytest.mark.skipif(not SERVING_CALIBRATION.exists(), reason="../shared/run-records not beside this checkout")
 def test_serving_accuracy_does_not_regress():
-    # Every tenth serving record (54, ~20 s). Measured on this subset with the fitted constants:
-    # median |err| of output tokens/s 9.3%, 83% of records within 25% (the p90 of so few records
-    # is set by the unexplained GH200 TP2 runs; see benchmarks/serving_accuracy.py).
+    # Every tenth serving record (52 throughput values, ~20 s). Measured on this subset with the
+    # fitted constants: median |err| of output tokens/s 6.3%, 84.6% of records within 25% (the
+    # p90 of so few records is set by the unexplained GH200 TP2 runs; see
+    # benchmarks/serving_accuracy.py).
     from meshplan.validate.records import load_records
     from meshplan.validate.run import predict
 
     rows, skips = predict(load_records(SERVING_CALIBRATION)[::10])
     errors = sorted(abs(r.rel_error) for r in rows if r.metric == "output_tokens_per_s")
     assert not skips
-    assert errors[len(errors) // 2] <= 0.12
-    assert sum(e <= 0.25 for e in errors) >= 0.78 * len(errors)
+    assert errors[len(errors) // 2] <= 0.08
+    assert sum(e <= 0.25 for e in errors) >= 0.82 * len(errors)
 
 
 def test_block_scaled_record_precisions_map_to_their_gemm_precision():

@@ -20,7 +20,8 @@ from datetime import date
 import numpy as np
 from scipy.optimize import least_squares
 
-from meshplan.serving.constants import EngineConstants, engine_constants, upper_bound
+from meshplan.serving.constants import (EngineConstants, constants_key, engine_constants, packaged_fit, resolve,
+                                        upper_bound)
 from meshplan.serving.costmodel import IterationCost
 from meshplan.serving.simulate import Simulation
 from meshplan.validate.run import error_stats
@@ -28,7 +29,7 @@ from meshplan.validate.schema import Record
 from meshplan.validate.serving_records import SERVING_METRICS, ServingCase, predict_serving, serving_case
 
 BOUNDS = {"iteration_s": (0.0, 5e-3), "per_seq_s": (0.0, 5e-5), "layer_s": (0.0, 1e-4),
-          "collective_s": (0.0, 2e-4),
+          "collective_s": (0.0, 2e-4), "grouped_gemm_efficiency": (0.1, None),
           "kv_read_efficiency": (0.3, None), "weight_read_efficiency": (0.4, None)}
 """Fit ranges; None: the ceiling from serving_constants.yaml."""
 NAMES = tuple(f.name for f in fields(EngineConstants))
@@ -49,7 +50,8 @@ class FitCase:
 
     @property
     def engine(self) -> str:
-        return self.case.plan.engine
+        """The constants row this case is priced with (engine generation)."""
+        return constants_key(self.case.plan.engine, self.case.plan.engine_version)
 
 
 def prepare(records: list[Record]) -> list[FitCase]:
@@ -154,26 +156,34 @@ def fitted_engines(cases: list[FitCase]) -> list[str]:
 
 
 def fit(cases: list[FitCase], max_nfev: int = 60, start_from: dict | None = None) -> dict:
-    """Robust least-squares fit of each engine's constants; returns {engine: {name: value}}."""
-    engines = fitted_engines(cases)
-    cases = [fc for fc in cases if fc.engine in engines]
-    if not cases:
-        return {}
-    start, bounds = _bounds(engines, start_from)
+    """Robust least-squares fit of each engine's constants; returns {engine: {name: value}}.
+    Engines share no constant, so each is fitted alone on its own cases (a Jacobian column
+    then re-prices only that engine's records)."""
+    table = {}
+    for engine in fitted_engines(cases):
+        own = [fc for fc in cases if fc.engine == engine]
+        table[engine] = _fit_engine(engine, own, max_nfev, (start_from or {}).get(engine))
+    return table
+
+
+def _fit_engine(engine: str, cases: list[FitCase], max_nfev: int, start_from: dict | None) -> dict:
+    start, bounds = _bounds([engine], {engine: start_from} if start_from else None)
     scale = np.maximum(np.abs(start), 1e-6)
 
     def fun(x):
-        return np.array(residuals(cases, _constants(x * scale, engines)))
+        return np.array(residuals(cases, _constants(x * scale, [engine])))
 
     result = least_squares(fun, start / scale, bounds=(bounds[0] / scale, bounds[1] / scale),
                            diff_step=1e-3, max_nfev=max_nfev, loss="soft_l1", f_scale=ROBUST_SCALE)
-    consts = _constants(result.x * scale, engines)
-    return {e: {name: getattr(k, name) for name in NAMES} for e, k in consts.items()}
+    k = _constants(result.x * scale, [engine])[engine]
+    return {name: getattr(k, name) for name in NAMES}
 
 
-def errors(cases: list[FitCase], table: dict) -> list[tuple[FitCase, str, float]]:
-    """(case, metric, predicted / measured - 1) for every measured metric."""
-    consts = {e: replace(engine_constants(e), **table.get(e, {})) for e in {fc.engine for fc in cases}}
+def errors(cases: list[FitCase], table: dict, packaged: bool = True) -> list[tuple[FitCase, str, float]]:
+    """(case, metric, predicted / measured - 1) for every measured metric, with the constants
+    of `table` over (when `packaged`) the shipped fit, else over the defaults file alone."""
+    fitted = {**packaged_fit(), **table} if packaged else table
+    consts = {e: resolve(e, fitted) for e in {fc.engine for fc in cases}}
     out = []
     for fc in cases:
         pred = predict(fc, consts[fc.engine])
@@ -194,7 +204,7 @@ def leave_one_source_out(cases: list[FitCase], full: dict, max_nfev: int = 4) ->
         engines = {fc.engine for fc in train}
         table = fit(train, max_nfev=max_nfev, start_from=full) if train else {}
         table = {e: v for e, v in table.items() if e in engines}
-        out += errors(held, table)
+        out += errors(held, table, packaged=False)  # nothing fitted on the held-out source
     return out
 
 

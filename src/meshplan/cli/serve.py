@@ -84,6 +84,7 @@ def simulate_cmd(
     num_gpus: int = typer.Option(None, "--num-gpus", help="GPUs available (default: what the plan uses)."),
     gpus_per_node: int = opt.GPUS_PER_NODE, inter_node_gbps_per_gpu: float = opt.INTER_NODE_GBPS,
     engine: str = typer.Option("vllm", help=_help("engine")),
+    engine_version: str = typer.Option(None, help=_help("engine_version")),
     tp: int = typer.Option(1, help=_help("tp")), pp: int = typer.Option(1, help=_help("pp")),
     ep: int = typer.Option(1, help=_help("ep")), dp: int = typer.Option(1, help=_help("dp")),
     replicas: int = typer.Option(1, help=_help("replicas")),
@@ -127,8 +128,8 @@ def simulate_cmd(
 ) -> None:
     """Simulate a deployment under traffic: TTFT, TPOT, ITL, E2E, throughput and goodput."""
     plan = build_serving_plan(
-        engine=engine, tp=tp, pp=pp, ep=ep, dp=dp, replicas=replicas, router=router,
-        weights_dtype=weights_dtype, kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs,
+        engine=engine, engine_version=engine_version, tp=tp, pp=pp, ep=ep, dp=dp, replicas=replicas,
+        router=router, weights_dtype=weights_dtype, kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, gpu_memory_utilization=gpu_memory_utilization,
         prefix_caching=prefix_caching, chunked_prefill=chunked_prefill,
         speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, fields, replace
+import re
+from dataclasses import dataclass, fields
 from importlib import resources
 
 import yaml
@@ -26,9 +27,28 @@ class EngineConstants:
     collective_s: float
     """Fixed time each tensor- or expert-parallel collective adds inside an iteration
     (synchronisation across ranks, launch and skew) beyond its latency + bandwidth cost."""
+    grouped_gemm_efficiency: float
+    """Fraction of the dense GEMM compute rate the MoE expert GEMMs reach (grouped GEMMs over
+    many small per-expert problems, with token permutation and per-expert activation
+    quantization around them); 1 = as fast as one dense GEMM of the same shape."""
 
 
 FIELDS = tuple(f.name for f in fields(EngineConstants))
+
+_MAJOR = re.compile(r"v?(\d+)\.")
+
+
+def constants_key(engine: str, version: str | None = None) -> str:
+    """The row of the constants files an engine release uses. TensorRT-LLM is two engines
+    under one name: releases before 1.0 compile TensorRT engines run by the C++ executor
+    ("tensorrt-llm"); 1.0 made the PyTorch backend the default ("tensorrt-llm-pytorch"),
+    also the answer when the version is not given."""
+    if engine != "tensorrt-llm":
+        return engine
+    if version is None or "pytorch" in version.lower():
+        return "tensorrt-llm-pytorch"
+    major = _MAJOR.match(version.strip())
+    return "tensorrt-llm" if major and int(major.group(1)) < 1 else "tensorrt-llm-pytorch"
 
 
 def _read(name: str) -> dict:
@@ -36,15 +56,42 @@ def _read(name: str) -> dict:
     return yaml.safe_load(path.read_text()) if path.is_file() else {}
 
 
+def _rows() -> dict:
+    return _read("serving_constants.yaml")["engines"]
+
+
+def resolve(engine: str, fitted: dict) -> EngineConstants:
+    """Constants of `engine` given a fitted table {engine: {name: value}}: the fitted values,
+    else the defaults file's, else (for a generation row naming `inherits`) what its parent
+    row resolves to, fitted values included (same kernels, another host runtime)."""
+    row = _rows()[engine]
+    values = {}
+    if "inherits" in row:
+        parent = resolve(row["inherits"], fitted)
+        values = {k: getattr(parent, k) for k in FIELDS}
+    values.update({k: float(row[k]["value"]) for k in FIELDS if k in row})
+    values.update({k: float(v) for k, v in fitted.get(engine, {}).items() if k in FIELDS})
+    missing = [k for k in FIELDS if k not in values]
+    if missing:
+        raise KeyError(f"serving_constants.yaml engine {engine!r} lacks {', '.join(missing)} and inherits nothing")
+    return EngineConstants(**values)
+
+
+def packaged_fit() -> dict:
+    """The fitted table {engine: {name: value}} shipped in fitted_serving.yaml."""
+    return _read("fitted_serving.yaml").get("engines", {})
+
+
 @functools.cache
 def engine_constants(engine: str) -> EngineConstants:
     """Constants of `engine`: the defaults file, overridden by the fitted file when present."""
-    row = _read("serving_constants.yaml")["engines"][engine]
-    base = EngineConstants(**{k: float(row[k]["value"]) for k in FIELDS})
-    fitted = _read("fitted_serving.yaml").get("engines", {}).get(engine, {})
-    return replace(base, **{k: float(v) for k, v in fitted.items() if k in FIELDS})
+    return resolve(engine, packaged_fit())
 
 
 def upper_bound(engine: str, name: str) -> float | None:
-    """The ceiling a constant may be fitted to, when the defaults file gives one."""
-    return _read("serving_constants.yaml")["engines"][engine][name].get("max")
+    """The ceiling a constant may be fitted to, when the defaults file (or, for a constant it
+    inherits, the parent row) gives one."""
+    row = _rows()[engine]
+    if name not in row and "inherits" in row:
+        return upper_bound(row["inherits"], name)
+    return row[name].get("max")

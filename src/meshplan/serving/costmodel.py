@@ -8,7 +8,8 @@ The token-count dependent part is memoised per token count (iterations repeat th
 so one call costs a dictionary look-up and a few multiplications.
 
 Pipeline parallelism: the batch is split into pp micro-batches that flow through the stages
-together, so a step takes pp x the stage time of 1/pp of the batch (plus the stage hand-offs).
+together, so a step takes pp x the stage time of 1/pp of the batch (plus the stage hand-offs);
+the engine schedules each micro-batch as its own step, so the fixed host time is paid pp times.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class IterationCost:
                  engine: EngineConstants):
         self.model, self.cluster, self.plan, self.kv, self.k = model, cluster, plan, kv, engine
         self.c = replace(constants_for(cluster.gpu), hbm_efficiency=engine.weight_read_efficiency)
+        g = engine.grouped_gemm_efficiency
+        self.c_experts = replace(self.c, gemm_efficiency=self.c.gemm_efficiency * g,
+                                 fp8_gemm_efficiency=self.c.fp8_gemm_efficiency * g)
         self.dtype = compute_dtype(plan, cluster)
         self.wwidth = weight_bits(plan.weights_dtype) / 8
         self.layers = Counter(stage_layers(model, plan.pp))
@@ -94,9 +98,8 @@ class IterationCost:
         stage += self.prefill_attention(prefill_tokens, prefill_pairs)
         stage += self.num_layers * self.k.layer_s
         if pp > 1:
-            hop = tokens * self.model.hidden_size * 2.0
-            stage = pp * (stage + p2p_time(hop, False, self.cluster))
-        return stage + self.k.iteration_s + self.k.per_seq_s * seqs
+            stage += p2p_time(tokens * self.model.hidden_size * 2.0, False, self.cluster)
+        return pp * (stage + self.k.iteration_s + self.k.per_seq_s * seqs / pp)
 
     def batch(self, calls: np.ndarray) -> np.ndarray:
         """Seconds of many iterations at once: `calls` has one row of `__call__`'s arguments
@@ -113,9 +116,8 @@ class IterationCost:
         pflops = pairs * self.full_flops_per_pair + np.minimum(pairs, pre * self.window) * self.win_flops_per_pair
         stage += np.where(pre > 0, pflops * self.attn_unit, 0.0) + self.num_layers * self.k.layer_s
         if pp > 1:
-            hop = _per_value(lambda n: p2p_time(n * self.model.hidden_size * 2.0, False, self.cluster), t)
-            stage = pp * (stage + hop)
-        return stage + self.k.iteration_s + self.k.per_seq_s * seqs
+            stage += _per_value(lambda n: p2p_time(n * self.model.hidden_size * 2.0, False, self.cluster), t)
+        return pp * (stage + self.k.iteration_s + self.k.per_seq_s * seqs / pp)
 
     def linear(self, tokens: int) -> float:
         """GEMMs, memory-bound kernels and collectives of the stage's layers for `tokens` rows."""
@@ -125,8 +127,8 @@ class IterationCost:
             self._memo[tokens] = hit
         return hit
 
-    def _gemm(self, m: float, n: float, k: float) -> float:
-        return gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=self.dtype, c=self.c,
+    def _gemm(self, m: float, n: float, k: float, c=None) -> float:
+        return gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=self.dtype, c=c or self.c,
                          weight_width=self.wwidth, roofline_order=ROOFLINE_ORDER)
 
     def _layer(self, layer: LayerSpec, t: int) -> float:
@@ -147,13 +149,14 @@ class IterationCost:
         elementwise = memory_time(t * h * 2.0 * 10, gpu=self.cluster.gpu, c=self.c, kernels=0)
         return proj + elementwise + self._tp_comm(t) + self._ep_comm(layer, t)
 
-    def _mlp(self, mlp: DenseMLP, rows: float, split: int) -> float:
+    def _mlp(self, mlp: DenseMLP, rows: float, split: int, c=None) -> float:
         h, i = self.model.hidden_size, mlp.intermediate_size / split
-        return self._gemm(rows, i * (2 if mlp.gated else 1), h) + self._gemm(rows, h, i)
+        return self._gemm(rows, i * (2 if mlp.gated else 1), h, c) + self._gemm(rows, h, i, c)
 
     def _moe(self, mlp: MoEMLP, t: int) -> float:
         """Router, shared experts, and the routed experts this GPU holds: each reads its weights
-        once if any token reaches it; tokens arrive from all attention-DP ranks."""
+        once if any token reaches it; tokens arrive from all attention-DP ranks. The experts run
+        as grouped GEMMs at `grouped_gemm_efficiency` of the dense GEMM rate."""
         h, p = self.model.hidden_size, self.plan
         time = self._gemm(t, mlp.num_experts, h)
         if mlp.shared is not None:
@@ -163,10 +166,10 @@ class IterationCost:
         else:
             local, split, arriving = mlp.num_experts, p.tp, t
         routed = arriving * mlp.top_k * local / mlp.num_experts * ep_imbalance(arriving * mlp.top_k, p.ep)
-        active = local * (1 - (1 - 1 / mlp.num_experts) ** (arriving * mlp.top_k))
+        active = local / mlp.num_experts * distinct_experts(arriving, mlp.top_k, mlp.num_experts)
         if active < 1e-9:
             return time
-        per_expert = self._mlp(mlp.expert, routed / active, split) - 2 * self.c.launch_s
+        per_expert = self._mlp(mlp.expert, routed / active, split, self.c_experts) - 2 * self.c.launch_s
         return time + active * per_expert + 2 * self.c.launch_s  # one grouped GEMM per projection
 
     def _tp_comm(self, t: int) -> float:
@@ -212,6 +215,16 @@ class IterationCost:
             return 0.0
         flops = pairs * self.full_flops_per_pair + min(pairs, tokens * self.window) * self.win_flops_per_pair
         return flops * self.attn_unit
+
+
+def distinct_experts(tokens: float, top_k: int, experts: int) -> float:
+    """Expected number of distinct experts `tokens` tokens reach when each picks `top_k` of
+    `experts` without replacement, routing uniform and independent across tokens: an expert is
+    missed by one token with probability 1 - k/E, so E (1 - (1 - k/E)^t) (not t k: a batch
+    reuses experts; all E once t k >> E)."""
+    if tokens <= 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
 def ep_imbalance(routed: float, ep: int) -> float:

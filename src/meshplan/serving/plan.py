@@ -40,6 +40,10 @@ class ServingPlan(BaseModel):
 
     engine: Engine = "vllm"
     """Serving engine whose scheduler and kernels are modeled."""
+    engine_version: str | None = None
+    """Engine release (e.g. "0.13.0", "1.0"); selects the engine generation's constants where
+    releases really differ (TensorRT-LLM before 1.0 built TensorRT engines, from 1.0 on its
+    PyTorch backend is the default). None: the current generation."""
     tp: int = Field(1, ge=1)
     """Tensor-parallel size per replica (vLLM --tensor-parallel-size)."""
     pp: int = Field(1, ge=1)

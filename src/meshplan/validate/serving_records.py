@@ -56,7 +56,8 @@ def _plan(record: Record, model: ModelSpec) -> ServingPlan:
     if static and not budget:  # one static batch: the whole batch's prompts in one step
         budget = s.max_num_seqs * (s.workload.input_len or 1)
     dis = Disaggregation(**s.disaggregated.model_dump()) if s.disaggregated else None
-    return ServingPlan(engine="vllm" if s.engine == "other" else s.engine, tp=tp, pp=pp, ep=ep, dp=dp,
+    return ServingPlan(engine="vllm" if s.engine == "other" else s.engine,
+                       engine_version=s.engine_version, tp=tp, pp=pp, ep=ep, dp=dp,
                        replicas=replicas, weights_dtype=s.weights_dtype or "bf16",
                        kv_cache_dtype=_kv_dtype(s), max_num_seqs=s.max_num_seqs,
                        max_num_batched_tokens=budget, chunked_prefill=s.chunked_prefill,
