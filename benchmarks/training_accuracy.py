@@ -25,10 +25,8 @@ DIAGNOSES = [
                             "software generation the schema does not name"),
     (r"rowwise", "float8 row-wise and tensor-wise scaling are both precision fp8 in the schema; "
                  "row-wise ran slower than bf16 here, its tensor-wise twin is within 10%"),
-    (r"megatron-2020-dgxa100", "Megatron-LM 2020 predates FlashAttention (unfused softmax and "
-                               "dropout over the score square); no schema field says so, so A100 "
-                               "runs are priced with fused attention (V100 runs, which cannot run "
-                               "FlashAttention, are priced unfused)"),
+    (r"megatron-2020", "Megatron-LM 2020: recompute is not published; the reported TFLOP/s "
+                       "count 4 passes for 3, so full recompute is priced"),
     (r"405b-512gpu-1f1b", "1F1B and interleaved 1F1B publish identical schema fields; meshplan "
                           "picks the faster schedule, matching the interleaved run"),
     (r"deepseekv3-gb300", "three GB300 DeepSeek-V3 runs of one layout from three releases: the "

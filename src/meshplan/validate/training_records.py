@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.hardware import Cluster
+from meshplan.model import counts
 from meshplan.model.spec import ModelSpec
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.resolve import balanced_split
@@ -13,6 +14,24 @@ from meshplan.validate.schema import Record
 
 PRECISIONS = {"mxfp8": "fp8", "nvfp4": "fp4"}
 """Block-scaled formats by the GEMM precision they run: MXFP8 as fp8, NVFP4 as fp4."""
+
+RECOMPUTE_FLOPS_RATIO = 1.2
+"""Reported FLOPs at least this far above the model's: the run counted a recomputed forward
+(full recompute reports 4 passes for 3, a ratio of 4/3; model-FLOPs accounting gives <= 1)."""
+
+
+def recompute_from_reported_flops(record: Record, spec: ModelSpec) -> str | None:
+    """`full` when a record leaves recompute open but its reported TFLOP/s per GPU exceed the
+    model FLOPs at its measured speed by 4/3 (Megatron's hardware-FLOPs formula, 96 B s l h^2,
+    counts the recomputed forward); otherwise None. The ratio is a property of the accounting:
+    the measured speed cancels out. Model FLOPs are counted without the causal mask (the upper
+    bound every published convention stays under)."""
+    m, t = record.measured, record.training
+    if not (m.tflops_per_gpu_reported and m.tokens_per_s_per_gpu):
+        return None
+    train_flops = 3.0 * counts.forward_flops_per_token(spec, t.seq_length, causal=False)
+    ratio = m.tflops_per_gpu_reported * 1e12 / (m.tokens_per_s_per_gpu * train_flops)
+    return "full" if ratio >= RECOMPUTE_FLOPS_RATIO else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +59,8 @@ def training_case(record: Record) -> TrainingCase:
         tp=t.tp or 1, pp=t.pp or 1, vpp=t.vpp, dp=t.dp, cp=t.cp or 1, ep=t.ep or 1, etp=t.etp,
         sequence_parallel=t.sequence_parallel, dp_sharding=t.dp_sharding,
         micro_batch_size=t.micro_batch_size, global_batch_size=t.global_batch_size,
-        seq_len=t.seq_length, recompute=t.recompute or "none",
+        seq_len=t.seq_length,
+        recompute=t.recompute or recompute_from_reported_flops(record, spec) or "none",
         precision=PRECISIONS.get(t.precision or "bf16", t.precision or "bf16"),
         pipeline_split=split, framework=t.framework, capacity_factor=1.0 if t.moe_token_dispatch in ("capacity", "forced_balance") else None,
     )
