@@ -5,7 +5,6 @@ worst ten records with a diagnosis. Run: python benchmarks/serving_accuracy.py [
 
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 from collections import defaultdict
@@ -17,6 +16,8 @@ import yaml
 from meshplan import calibrate_serving as cs
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats
+
+import diagnoses  # benchmarks/diagnoses.py
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "run-records" / "serving-calibration.yaml"
 
@@ -36,10 +37,7 @@ DIAGNOSES = [
 
 
 def diagnose(record_id: str) -> str:
-    for pattern, text in DIAGNOSES:
-        if re.search(pattern, record_id):
-            return text
-    return ""
+    return diagnoses.diagnose(record_id, DIAGNOSES)
 
 
 def _fmt(s: dict) -> str:

@@ -3,7 +3,6 @@ and the ten worst records with a diagnosis. Run: python benchmarks/training_accu
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from pathlib import Path
@@ -11,6 +10,8 @@ from pathlib import Path
 from meshplan import calibrate as cal
 from meshplan.training.constants import _fitted
 from meshplan.validate.records import load_records
+
+import diagnoses  # benchmarks/diagnoses.py
 
 RECORDS = Path(__file__).resolve().parents[1].parent / "shared" / "run-records" / "training-calibration.yaml"
 
@@ -45,10 +46,7 @@ DIAGNOSES = [
 
 
 def diagnose(record_id: str) -> str:
-    for pattern, text in DIAGNOSES:
-        if re.search(pattern, record_id):
-            return text
-    return ""
+    return diagnoses.diagnose(record_id, DIAGNOSES)
 
 
 def main() -> None:
