@@ -138,3 +138,6 @@ def test_open_recompute_follows_the_reported_flops_accounting(ratio, stated, exp
     tokens = raw["measured"]["tokens_per_s_per_gpu"]
     raw["measured"] = {**raw["measured"], "tflops_per_gpu_reported": ratio * tokens * model_flops / 1e12}
     assert training_case(Record.model_validate(raw)).plan.recompute == expected
+    # a record publishing only the step time (8000 tokens/s per GPU = 64*4096 / (4.096 s * 8))
+    raw["measured"] = {"step_time_s": 4.096, "tflops_per_gpu_reported": raw["measured"]["tflops_per_gpu_reported"]}
+    assert training_case(Record.model_validate(raw)).plan.recompute == expected

@@ -22,15 +22,18 @@ RECOMPUTE_FLOPS_RATIO = 1.2
 
 def recompute_from_reported_flops(record: Record, spec: ModelSpec) -> str | None:
     """`full` when a record leaves recompute open but its reported TFLOP/s per GPU exceed the
-    model FLOPs at its measured speed by 4/3 (Megatron's hardware-FLOPs formula, 96 B s l h^2,
+    model FLOPs at its measured speed (tokens/s, or the step time) by 4/3 (Megatron's hardware-FLOPs formula, 96 B s l h^2,
     counts the recomputed forward); otherwise None. The ratio is a property of the accounting:
     the measured speed cancels out. Model FLOPs are counted without the causal mask (the upper
     bound every published convention stays under)."""
     m, t = record.measured, record.training
-    if not (m.tflops_per_gpu_reported and m.tokens_per_s_per_gpu):
+    tokens = m.tokens_per_s_per_gpu
+    if not tokens and m.step_time_s and t.global_batch_size:
+        tokens = t.global_batch_size * t.seq_length / (m.step_time_s * record.hardware.num_gpus)
+    if not (m.tflops_per_gpu_reported and tokens):
         return None
     train_flops = 3.0 * counts.forward_flops_per_token(spec, t.seq_length, causal=False)
-    ratio = m.tflops_per_gpu_reported * 1e12 / (m.tokens_per_s_per_gpu * train_flops)
+    ratio = m.tflops_per_gpu_reported * 1e12 / (tokens * train_flops)
     return "full" if ratio >= RECOMPUTE_FLOPS_RATIO else None
 
 
