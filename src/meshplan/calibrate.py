@@ -1,10 +1,11 @@
 """Fit the few engine constants of the step-time model on measured training runs.
 
 Fitted: a compute scale per GPU architecture (bounded below so no GEMM runs faster than the
-best measured matmul efficiency of its family) and per framework, a sharded-traffic scale per
-framework with fully sharded runs, the fixed per-layer overhead, the exposed share of overlapped tensor-parallel communication and the MoE load
-imbalance. Robust (soft-L1) least squares on log(predicted / measured) tokens/s with a weak prior
-pulling scales to 1; micro-batch size and virtual stages are chosen once with the default constants.
+best measured matmul efficiency of its GPU) and per framework, a sharded-traffic scale per
+framework with fully sharded runs, the host cost per MoE layer, the exposed shares of overlapped
+tensor- and expert-parallel communication, the MoE load imbalance and the attention scale.
+Robust (soft-L1) least squares on log(predicted / measured) tokens/s with a weak prior pulling
+scales to 1; micro-batch size and virtual stages are chosen once with the default constants.
 Leave-one-source-out refits without each publication and predicts it.
 """
 

@@ -56,6 +56,7 @@ def _read(name: str) -> dict:
     return yaml.safe_load(path.read_text()) if path.is_file() else {}
 
 
+@functools.cache
 def _rows() -> dict:
     return _read("serving_constants.yaml")["engines"]
 

@@ -117,7 +117,8 @@ def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Wor
                   scale_up_domain=cluster.scale_up_domain,
                   inter_node_bandwidth_bytes_per_s_per_gpu=cluster.inter_node_bandwidth_bytes_per_s_per_gpu,
                   power_limit_w=cluster.power_limit_w)
-    cost = IterationCost(model, sub, plan, mem.kv, engine or engine_constants(constants_key(plan.engine, plan.engine_version)))
+    engine = engine or engine_constants(constants_key(plan.engine, plan.engine_version))
+    cost = IterationCost(model, sub, plan, mem.kv, engine)
     window = -(-int(mem.kv.windowed_bytes_per_request) // int(mem.kv.bytes_per_token * mem.block_size))
     caching = pool.defaults.prefix_caching if plan.prefix_caching is None else plan.prefix_caching
     return [Replica(first_index + i, pool.scheduler,

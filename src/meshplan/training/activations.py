@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
+from meshplan.training.plan import QUANTIZED
 from meshplan.training.resolve import ResolvedPlan
 
 Split = Literal["sp", "tp", "none", "routed", "routed_etp"]
@@ -60,7 +61,7 @@ def gemm_input_bytes(plan: ResolvedPlan) -> float:
     """Transformer Engine saves fp8 casts of GEMM inputs under fp8 (and, under NVFP4, an fp8-sized
     footprint: the 4-bit values in two layouts, for the forward and the weight gradient, plus
     their block scales)."""
-    return 1.0 if plan.precision in ("fp8", "fp4") else act_bytes(plan)
+    return 1.0 if plan.precision in QUANTIZED else act_bytes(plan)
 
 
 FRAMEWORK_PROFILES = {"megatron": "megatron", "nemo": "megatron", "maxtext": "megatron",

@@ -11,13 +11,12 @@ from meshplan.hardware import Cluster, GPUSpec
 from meshplan.model.spec import ModelSpec
 from meshplan.training.constants import TrainingConstants, training_constants
 from meshplan.training.groups import PlanGroups, plan_groups
+from meshplan.training.plan import QUANTIZED
 from meshplan.training.resolve import ResolvedPlan
 
 
 VENDOR_ATTENTION = ("megatron", "nemo", "maxtext")
 """Frameworks whose attention runs Transformer Engine / XLA-tuned kernels rather than FA2."""
-QUANTIZED = ("fp8", "fp4")
-"""GEMM precisions whose inputs are cast and scaled on the fly (attention stays bf16)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

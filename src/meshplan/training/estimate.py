@@ -9,6 +9,7 @@ from meshplan.model.spec import ModelSpec
 from meshplan.training.constants import TrainingConstants
 from meshplan.training.context import CostContext, cost_context
 from meshplan.training.memory import MemoryEstimate, estimate_memory
+from meshplan.training.plan import QUANTIZED
 from meshplan.training.pipeline_sim import PipelineResult, StageTimes, simulate_pipeline
 from meshplan.training.resolve import ResolvedPlan
 from meshplan.training.step import ChunkTime, chunk_times, dp_seconds, optimizer_seconds, p2p_seconds
@@ -93,7 +94,7 @@ def estimate_step(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
     _, dp_exposed, opt = _dp_and_optimizer(ctx, chunks)
     step = pipe.step_time_s + dp_exposed + opt + ctx.k.step_overhead_s
     model_flops, hw_flops = _flops(model, plan)
-    peak = cluster.gpu.peak_flops("bf16" if ctx.gemm_dtype in ("fp8", "fp4") else ctx.gemm_dtype)
+    peak = cluster.gpu.peak_flops("bf16" if ctx.gemm_dtype in QUANTIZED else ctx.gemm_dtype)
     gpus = cluster.num_gpus
     return StepEstimate(
         plan=plan, step_time_s=step,

@@ -15,6 +15,8 @@ Framework = Literal["megatron", "nemo", "torchtitan", "deepspeed", "fsdp", "llm-
 DPSharding = Literal["none", "optimizer", "gradients", "full"]
 Recompute = Literal["none", "selective", "full"]
 Precision = Literal["fp32", "fp16", "bf16", "fp8", "fp4"]
+QUANTIZED = ("fp8", "fp4")
+"""Precisions whose GEMM inputs are cast and scaled on the fly (attention stays bf16)."""
 Optimizer = Literal["adamw", "adam", "sgd", "adafactor"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
 Attention = Literal["flash", "sdpa", "eager"]

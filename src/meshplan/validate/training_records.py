@@ -22,8 +22,8 @@ RECOMPUTE_FLOPS_RATIO = 1.2
 
 def recompute_from_reported_flops(record: Record, spec: ModelSpec) -> str | None:
     """`full` when a record leaves recompute open but its reported TFLOP/s per GPU exceed the
-    model FLOPs at its measured speed (tokens/s, or the step time) by 4/3 (Megatron's hardware-FLOPs formula, 96 B s l h^2,
-    counts the recomputed forward); otherwise None. The ratio is a property of the accounting:
+    model FLOPs at its measured speed (tokens/s, or the step time) by 4/3 (Megatron's
+    hardware-FLOPs formula, 96 B s l h^2, counts the recomputed forward); otherwise None. The ratio is a property of the accounting:
     the measured speed cancels out. Model FLOPs are counted without the causal mask (the upper
     bound every published convention stays under)."""
     m, t = record.measured, record.training
