@@ -291,3 +291,32 @@ def test_moe_layers_stream_their_routed_copies():
     per_token = 2 * MOE_PERMUTE_PASSES * model.hidden_size * 4 * ctx.k.moe_imbalance + 6 * inter
     expected = per_token * ctx.tokens / (cluster.gpu.hbm_bandwidth_bytes_per_s * ctx.c.hbm_efficiency)
     assert extra == pytest.approx(expected, rel=1e-6)
+
+
+def test_loss_streams_fp32_logits_forward_and_backward():
+    # The last stage pays the head GEMM and an unfused fp32 cross-entropy: 30 bytes per logit
+    # forward, 14 backward (see LOSS_BYTES_PER_LOGIT), at achievable HBM bandwidth.
+    from meshplan.training.step import LOSS_BYTES_PER_LOGIT, LOSS_KERNELS, _embedding_and_head
+
+    cluster = Cluster.build("h100-sxm-80gb", 8)
+    plan = resolve_plan(TrainingPlan(tp=2, global_batch_size=8, micro_batch_size=1), L8, cluster)
+    ctx = cost_context(L8, plan, cluster, TrainingConstants())
+    fwd, bwd = _embedding_and_head(ctx, plan.pp - 1)
+    head = ctx.gemm(ctx.tokens, L8.vocab_size / 2, L8.hidden_size)
+    logits = ctx.tokens * L8.vocab_size / 2
+    rate = cluster.gpu.hbm_bandwidth_bytes_per_s * ctx.c.hbm_efficiency
+    launches = LOSS_KERNELS // 2 * ctx.c.launch_s
+    embed = ctx.memory(ctx.tokens * L8.hidden_size * ctx.act_width * 2)  # pp=1: one stage has both
+    assert fwd - embed - head == pytest.approx(logits * LOSS_BYTES_PER_LOGIT[0] / rate + launches)
+    assert bwd - 2 * embed - 2 * head == pytest.approx(logits * LOSS_BYTES_PER_LOGIT[1] / rate + launches)
+
+
+def test_megatron_overlaps_tp_communication_under_sequence_parallel():
+    on = resolve_plan(TrainingPlan(tp=8, framework="megatron", global_batch_size=8), L70,
+                      Cluster.build("h100-sxm-80gb", 8))
+    off = resolve_plan(TrainingPlan(tp=8, framework="megatron", sequence_parallel=False,
+                                    global_batch_size=8), L70, Cluster.build("h100-sxm-80gb", 8))
+    titan = resolve_plan(TrainingPlan(tp=8, framework="torchtitan", global_batch_size=8), L70,
+                         Cluster.build("h100-sxm-80gb", 8))
+    assert on.tp_comm_overlap and "tp_comm_overlap" in on.chosen
+    assert not off.tp_comm_overlap and not titan.tp_comm_overlap

@@ -16,10 +16,11 @@ from meshplan.training.plan import TrainingPlan
 DEFAULT_SHARDING = {"megatron": "optimizer", "nemo": "optimizer", "deepspeed": "optimizer",
                     "torchtitan": "full", "fsdp": "full", "llm-foundry": "full", "maxtext": "full"}
 DEFAULT_ATTENTION = {"megatron": "flash", "nemo": "flash", "hf": "sdpa"}
-TP_OVERLAP_FRAMEWORKS = ("nemo",)
-"""Frameworks whose usual set-up overlaps tensor-parallel communication with the GEMMs (NeMo's
-recipes turn Transformer Engine's tp-comm-overlap on; in Megatron-LM and torchtitan it is an
-opt-in flag)."""
+TP_OVERLAP_FRAMEWORKS = ("nemo", "megatron")
+"""Frameworks whose usual set-up overlaps tensor-parallel communication with the GEMMs under
+sequence parallelism: NeMo's recipes turn Transformer Engine's tp-comm-overlap on, and
+Megatron-LM's own published benchmarks pass --tp-comm-overlap (it needs sequence parallel).
+In torchtitan async TP is opt-in."""
 MICROBATCHES_PER_STAGE = 8
 """Sequences per data-parallel rank and pipeline stage when the global batch is left open: at
 one sequence per micro-batch, enough that the 1F1B fill and drain (pp - 1 micro-batch slots)
@@ -231,6 +232,18 @@ def _resolve_attention(plan: TrainingPlan, cluster: Cluster, chosen: dict[str, s
     return attention
 
 
+def _tp_overlap(plan: TrainingPlan, sp: bool, chosen: dict[str, str]) -> bool:
+    """The plan's tensor-parallel comm overlap, else the framework's usual one (with SP)."""
+    if plan.tp == 1:
+        return False
+    if plan.tp_comm_overlap is not None:
+        return plan.tp_comm_overlap
+    on = sp and plan.framework in TP_OVERLAP_FRAMEWORKS
+    if on:
+        chosen["tp_comm_overlap"] = f"on ({plan.framework}'s tp-comm-overlap with sequence parallel)"
+    return on
+
+
 RANK_DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 
@@ -271,7 +284,6 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         framework=plan.framework,
         attention=_resolve_attention(plan, cluster, chosen),
         capacity_factor=plan.capacity_factor,
-        tp_comm_overlap=plan.tp > 1 and (plan.tp_comm_overlap if plan.tp_comm_overlap is not None
-                                         else plan.framework in TP_OVERLAP_FRAMEWORKS),
+        tp_comm_overlap=_tp_overlap(plan, sp, chosen),
         chosen=chosen, warnings=tuple(warnings),
     )

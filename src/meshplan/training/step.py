@@ -35,6 +35,15 @@ def _layer_cache(ctx: CostContext) -> dict:
     return cache
 
 
+LOSS_BYTES_PER_LOGIT = (30, 14)
+"""(forward, backward) HBM bytes per logit of an unfused fp32 cross-entropy (Megatron's
+vocab-parallel loss, PyTorch's cross_entropy on upcast logits). Forward: upcast (read 2,
+write 4), row max (read 4), subtract max and exponentiate (read 4, write 4), row sum (read 4),
+normalise (read 4, write 4): 30. Backward: scale the saved softmax by the incoming gradient
+(read 4, write 4), cast the gradient back to bf16 for the head GEMM (read 4, write 2): 14."""
+LOSS_KERNELS = 8
+
+
 def _embedding_and_head(ctx: CostContext, stage: int) -> tuple[float, float]:
     """(forward, backward) seconds of the embedding (first stage) and LM head + loss (last)."""
     p, m = ctx.plan, ctx.model
@@ -45,8 +54,9 @@ def _embedding_and_head(ctx: CostContext, stage: int) -> tuple[float, float]:
     if stage == p.pp - 1:
         vocab = m.vocab_size / p.tp
         head = ctx.gemm(ctx.tokens, vocab, m.hidden_size)
-        loss = ctx.memory(ctx.tokens * vocab * 12, kernels=4)  # logits r/w, fp32 softmax, grad
-        fwd, bwd = fwd + head + loss / 2, bwd + 2 * head + loss / 2
+        loss_f, loss_b = (ctx.memory(ctx.tokens * vocab * b, kernels=LOSS_KERNELS // 2)
+                          for b in LOSS_BYTES_PER_LOGIT)
+        fwd, bwd = fwd + head + loss_f, bwd + 2 * head + loss_b
     return fwd, bwd
 
 

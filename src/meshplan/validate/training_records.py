@@ -9,6 +9,7 @@ from meshplan.model import counts
 from meshplan.model.spec import ModelSpec
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.resolve import balanced_split
+from meshplan.validate.provenance import source_year
 from meshplan.validate.records import record_model
 from meshplan.validate.schema import Record
 
@@ -35,6 +36,22 @@ def recompute_from_reported_flops(record: Record, spec: ModelSpec) -> str | None
     train_flops = 3.0 * counts.forward_flops_per_token(spec, t.seq_length, causal=False)
     ratio = m.tflops_per_gpu_reported * 1e12 / (tokens * train_flops)
     return "full" if ratio >= RECOMPUTE_FLOPS_RATIO else None
+
+
+FUSED_KERNELS_YEAR = 2023
+"""FlashAttention reached Megatron-LM in January 2023 (NVIDIA/Megatron-LM pull request 267,
+opened December 2022) and Transformer Engine's comm-GEMM overlap (--tp-comm-overlap) later
+that year. Megatron-family runs published before then computed attention unfused (score
+GEMM, fused mask-softmax, dropout and value GEMM through HBM) and exposed their
+tensor-parallel collectives."""
+LEGACY_FRAMEWORKS = ("megatron", "deepspeed", "nemo")
+
+
+def legacy_megatron(record: Record) -> bool:
+    """A Megatron-family record whose source predates fused attention (see FUSED_KERNELS_YEAR)."""
+    year = source_year(record.source)
+    return (record.training is not None and record.training.framework in LEGACY_FRAMEWORKS
+            and year is not None and year < FUSED_KERNELS_YEAR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +82,8 @@ def training_case(record: Record) -> TrainingCase:
         seq_len=t.seq_length,
         recompute=t.recompute or recompute_from_reported_flops(record, spec) or "none",
         precision=PRECISIONS.get(t.precision or "bf16", t.precision or "bf16"),
-        pipeline_split=split, framework=t.framework, capacity_factor=1.0 if t.moe_token_dispatch in ("capacity", "forced_balance") else None,
+        pipeline_split=split, framework=t.framework,
+        capacity_factor=1.0 if t.moe_token_dispatch in ("capacity", "forced_balance") else None,
+        **({"attention": "eager", "tp_comm_overlap": False} if legacy_megatron(record) else {}),
     )
     return TrainingCase(record, spec, cluster, plan, open_layout=t.tp is None and t.pp is None)

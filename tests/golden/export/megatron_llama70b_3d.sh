@@ -29,6 +29,7 @@ CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun \
   --num-virtual-stages-per-pipeline-rank 2 \
   --context-parallel-size 1 \
   --sequence-parallel \
+  --tp-comm-overlap \
   --use-distributed-optimizer \
   --micro-batch-size 1 \
   --global-batch-size 64 \

@@ -33,6 +33,7 @@ CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun \
   --expert-model-parallel-size 8 \
   --expert-tensor-parallel-size 1 \
   --sequence-parallel \
+  --tp-comm-overlap \
   --use-distributed-optimizer \
   --micro-batch-size 1 \
   --global-batch-size 128 \
