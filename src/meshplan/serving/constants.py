@@ -78,8 +78,10 @@ def resolve(engine: str, fitted: dict) -> EngineConstants:
     return EngineConstants(**values)
 
 
+@functools.cache
 def packaged_fit() -> dict:
-    """The fitted table {engine: {name: value}} shipped in fitted_serving.yaml."""
+    """The fitted table {engine: {name: value}} shipped in fitted_serving.yaml (read once;
+    callers merge it, never mutate it)."""
     return _read("fitted_serving.yaml").get("engines", {})
 
 

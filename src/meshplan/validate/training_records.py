@@ -24,9 +24,9 @@ RECOMPUTE_FLOPS_RATIO = 1.2
 def recompute_from_reported_flops(record: Record, spec: ModelSpec) -> str | None:
     """`full` when a record leaves recompute open but its reported TFLOP/s per GPU exceed the
     model FLOPs at its measured speed (tokens/s, or the step time) by 4/3 (Megatron's
-    hardware-FLOPs formula, 96 B s l h^2, counts the recomputed forward); otherwise None. The ratio is a property of the accounting:
-    the measured speed cancels out. Model FLOPs are counted without the causal mask (the upper
-    bound every published convention stays under)."""
+    hardware-FLOPs formula, 96 B s l h^2, counts the recomputed forward); otherwise None. The
+    ratio is a property of the accounting: the measured speed cancels out. Model FLOPs are
+    counted without the causal mask (the upper bound every published convention stays under)."""
     m, t = record.measured, record.training
     tokens = m.tokens_per_s_per_gpu
     if not tokens and m.step_time_s and t.global_batch_size:
@@ -50,8 +50,7 @@ LEGACY_FRAMEWORKS = ("megatron", "deepspeed", "nemo")
 def legacy_megatron(record: Record) -> bool:
     """A Megatron-family record whose source predates fused attention (see FUSED_KERNELS_YEAR)."""
     year = source_year(record.source)
-    return (record.training is not None and record.training.framework in LEGACY_FRAMEWORKS
-            and year is not None and year < FUSED_KERNELS_YEAR)
+    return record.training.framework in LEGACY_FRAMEWORKS and year is not None and year < FUSED_KERNELS_YEAR
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +74,7 @@ def training_case(record: Record) -> TrainingCase:
     cluster = Cluster.build(**record.hardware.model_dump())
     chunks = (t.pp or 1) * (t.vpp or 1)
     split = None if spec.num_layers % chunks == 0 else balanced_split(spec.num_layers, chunks)
+    legacy = legacy_megatron(record)
     plan = TrainingPlan(
         tp=t.tp or 1, pp=t.pp or 1, vpp=t.vpp, dp=t.dp, cp=t.cp or 1, ep=t.ep or 1, etp=t.etp,
         sequence_parallel=t.sequence_parallel, dp_sharding=t.dp_sharding,
@@ -84,6 +84,6 @@ def training_case(record: Record) -> TrainingCase:
         precision=PRECISIONS.get(t.precision or "bf16", t.precision or "bf16"),
         pipeline_split=split, framework=t.framework,
         capacity_factor=1.0 if t.moe_token_dispatch in ("capacity", "forced_balance") else None,
-        **({"attention": "eager", "tp_comm_overlap": False} if legacy_megatron(record) else {}),
+        attention="eager" if legacy else None, tp_comm_overlap=False if legacy else None,
     )
     return TrainingCase(record, spec, cluster, plan, open_layout=t.tp is None and t.pp is None)
