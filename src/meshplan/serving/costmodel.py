@@ -146,12 +146,15 @@ class IterationCost:
             proj += self._mlp(mlp, t, tp) + self._activation(mlp, t, tp)
         else:
             proj += self._moe(mlp, t)
-        elementwise = memory_time(t * h * 2.0 * 10, gpu=self.cluster.gpu, c=self.c, kernels=0)
+        elementwise = self._hbm(t * h * 2.0 * 10)
         return proj + elementwise + self._tp_comm(t) + self._ep_comm(layer, t)
 
-    def _activation(self, mlp: DenseMLP, rows: float, split: int) -> float:
-        nbytes = activation_bytes(rows, mlp.intermediate_size / split, mlp.gated)
+    def _hbm(self, nbytes: float) -> float:
+        """Memory-bound passes moving `nbytes` (fused into neighbouring kernels: no launch)."""
         return memory_time(nbytes, gpu=self.cluster.gpu, c=self.c, kernels=0)
+
+    def _activation(self, mlp: DenseMLP, rows: float, split: int) -> float:
+        return self._hbm(activation_bytes(rows, mlp.intermediate_size / split, mlp.gated))
 
     def _mlp(self, mlp: DenseMLP, rows: float, split: int, c=None) -> float:
         h, i = self.model.hidden_size, mlp.intermediate_size / split
@@ -175,12 +178,8 @@ class IterationCost:
             return time
         per_expert = self._mlp(mlp.expert, routed / active, split, self.c_experts) - 2 * self.c.launch_s
         time += active * per_expert + 2 * self.c.launch_s  # one grouped GEMM per projection
-        return time + self._moe_traffic(mlp, arriving, routed, split)
-
-    def _moe_traffic(self, mlp: MoEMLP, arriving: float, routed: float, split: int) -> float:
-        nbytes = moe_traffic_bytes(self.model.hidden_size, mlp.expert.intermediate_size / split,
-                                   mlp.expert.gated, arriving, routed)
-        return memory_time(nbytes, gpu=self.cluster.gpu, c=self.c, kernels=0)
+        e = mlp.expert
+        return time + self._hbm(moe_traffic_bytes(h, e.intermediate_size / split, e.gated, arriving, routed))
 
     def _tp_comm(self, t: int) -> float:
         if self.plan.tp == 1:
