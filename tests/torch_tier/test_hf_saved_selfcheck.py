@@ -67,6 +67,13 @@ def _experts(experts, P, h, I, E, w):
     raise ValueError(experts)
 
 
+def _gate_in_fp32(name: str, attn: str, experts: str) -> bool:
+    """Whether the built model keeps its MoE router weights in fp32 (version-dependent)."""
+    _, model = _model(name, attn, experts)
+    gates = [m.weight for n, m in model.named_modules() if n.endswith("mlp.gate")]
+    return bool(gates) and all(w.dtype == torch.float32 for w in gates)
+
+
 def expected(name: str, b: int, s: int, attn: str, experts: str = "eager") -> tuple[list[int], dict[str, int]]:
     """Per-layer bytes and outside-layer bytes predicted by the docstring formulas."""
     hf = HS.build_train_config(small_config(name), attn, experts)
@@ -141,7 +148,10 @@ def expected(name: str, b: int, s: int, attn: str, experts: str = "eager") -> tu
             if li < hf.first_k_dense_replace:
                 layers.append(common + 2 * T * h + 8 * T * hf.intermediate_size)
                 continue
-            router = 4 * T * h + 4 * E * h + 4 * T * E + 8 * T * K + (4 * T + 4 * T * K if hf.norm_topk_prob else 0)
+            # the router runs in fp32: a bf16 gate weight is saved as its fp32 copy (4*E*h), a gate
+            # kept in fp32 (transformers >= 5.24 keeps it so) is a parameter and saves nothing
+            cast = 0 if _gate_in_fp32(name, attn, experts) else 4 * E * h
+            router = 4 * T * h + cast + 4 * T * E + 8 * T * K + (4 * T + 4 * T * K if hf.norm_topk_prob else 0)
             layers.append(common + 2 * T * h + 8 * T * Is + router + _experts(experts, T * K, h, I, E, 4))
         r = dr
     else:
