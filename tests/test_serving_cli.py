@@ -23,9 +23,9 @@ def run(*args: str):
     return runner.invoke(app, [str(a) for a in args])
 
 
-def run_json(*args: str) -> dict:
+def run_json(*args: str, code: int = 0) -> dict:
     result = run(*args, "--json")
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == code, result.output
     return json.loads(result.stdout)
 
 
@@ -72,11 +72,16 @@ def test_slo_flags_give_a_goodput():
     loose = run_json(*SMALL, "--request-rate", "20", "--slo-ttft-ms", "10000", "--slo-tpot-ms", "1000")
     m = loose["metrics"]
     assert m["goodput_requests_per_s"] == pytest.approx(m["requests_per_s"])
-    tight = run_json(*SMALL, "--request-rate", "20", "--slo-ttft-ms", "0.001", "--slo-tpot-ms", "1000")
-    assert tight["metrics"]["goodput_requests_per_s"] == 0
+    assert loose["slo"] == {"attainment": pytest.approx(1.0), "percentile": 90.0, "met": True}
+    tight = run_json(*SMALL, "--request-rate", "20", "--slo-ttft-ms", "0.001", "--slo-tpot-ms", "1000", code=1)
+    assert tight["metrics"]["goodput_requests_per_s"] == 0 and not tight["slo"]["met"]
     p50 = m["ttft_ms"]["p50"]
-    mid = run_json(*SMALL, "--request-rate", "20", "--slo-ttft-ms", str(p50), "--slo-tpot-ms", "1000")
+    mid = run_json(*SMALL, "--request-rate", "20", "--slo-ttft-ms", str(p50), "--slo-tpot-ms", "1000", code=1)
     assert 0 < mid["metrics"]["goodput_requests_per_s"] < m["requests_per_s"]
+    assert 0.3 < mid["slo"]["attainment"] < 0.7  # the p50 TTFT as objective: about half meet it
+    half = run_json(*SMALL, "--request-rate", "20", "--slo-ttft-ms", str(p50), "--slo-tpot-ms", "1000",
+                    "--slo-percentile", "40")
+    assert half["slo"]["met"]
 
 
 def test_requests_csv_and_trace_out_write_files(tmp_path):

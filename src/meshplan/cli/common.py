@@ -34,6 +34,17 @@ def user_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+EXIT_NOT_MET = 1
+"""Exit code of a command that answered but whose answer is negative: the plan does not fit, no
+plan is feasible, the SLOs are not met. 0 means answered and feasible; 2 means bad input."""
+
+
+def finish(ok: bool) -> None:
+    """End a command that printed its answer: exit 0 when the answer is positive, else 1."""
+    if not ok:
+        raise typer.Exit(code=EXIT_NOT_MET)
+
+
 def print_json(data: Any) -> None:
     """Print `data` as indented JSON on stdout, untouched by rich's highlighting."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")

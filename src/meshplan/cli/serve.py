@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import console, err_console, print_json, user_errors
+from meshplan.cli.common import console, err_console, finish, print_json, user_errors
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.serving.metrics import SLO
@@ -121,6 +121,8 @@ def simulate_cmd(
     slo_ttft_ms: float = typer.Option(None, help="Goodput SLO on time to first token, ms."),
     slo_tpot_ms: float = typer.Option(None, help="Goodput SLO on time per output token, ms."),
     slo_e2e_ms: float = typer.Option(None, help="Goodput SLO on end-to-end latency, ms."),
+    slo_percentile: float = typer.Option(90.0, help="Share of requests (%) that must meet the SLOs "
+                                         "for the run to pass (exit 0; else 1)."),
     seed: int = typer.Option(0, help="Random seed of the synthetic workload."),
     json_out: bool = typer.Option(False, "--json", help="Print metrics and simulation stats as JSON."),
     requests_csv: Path = typer.Option(None, help="Write one CSV row per request here."),
@@ -147,10 +149,28 @@ def simulate_cmd(
         slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2e_ms=slo_e2e_ms)
     result = _run(spec_model, cluster, plan, workload, slo, show_progress=not json_out and len(workload.requests) >= 5000)
     _write_outputs(result, requests_csv, trace_out)
+    verdict = slo_verdict(result, slo, slo_percentile)
     if json_out:
-        print_json(result.to_dict())
-        return
-    _render(result, workload)
+        print_json({**result.to_dict(), **({"slo": verdict} if verdict else {})})
+    else:
+        _render(result, workload)
+        if verdict:
+            word = "[bold green]MET[/]" if verdict["met"] else "[bold red]NOT MET[/]"
+            console.print(f"SLOs {word}: {verdict['attainment']:.1%} of requests meet every objective "
+                          f"(needed {verdict['percentile']:g}%)", highlight=False)
+    finish(verdict is None or verdict["met"])
+
+
+def slo_verdict(result: SimulationResult, slo: SLO | None, percentile: float) -> dict | None:
+    """Share of completed requests meeting every objective, and whether it reaches `percentile`."""
+    if slo is None:
+        return None
+    if not 0 < percentile <= 100:
+        raise ConfigError(f"--slo-percentile {percentile!r}: give a share of requests in (0, 100]")
+    m = result.metrics
+    attainment = (m.goodput_requests_per_s or 0.0) / m.requests_per_s if m.requests_per_s else 0.0
+    return {"attainment": attainment, "percentile": percentile,
+            "met": attainment * 100 >= percentile - 1e-9}
 
 
 def _write_outputs(result: SimulationResult, requests_csv: Path | None, trace_out: Path | None) -> None:

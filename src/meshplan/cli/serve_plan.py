@@ -14,7 +14,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import console, err_console, print_json, user_errors
+from meshplan.cli.common import console, err_console, finish, print_json, user_errors
 from meshplan.cli.serve import build_serving_plan, build_workload, serve_app
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
@@ -101,8 +101,7 @@ def plan_cmd(
         print_json(result_dict(result, model))
     else:
         console.print(render(result))
-    if not result.ranked:
-        raise typer.Exit(code=1)
+    finish(bool(result.ranked))
 
 
 @serve_app.command("sweep")

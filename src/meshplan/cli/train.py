@@ -13,7 +13,7 @@ from rich import box
 from rich.table import Table
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import console, print_json, user_errors
+from meshplan.cli.common import console, finish, print_json, user_errors
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
@@ -24,7 +24,7 @@ from meshplan.training.estimate import estimate_step
 from meshplan.training.estimate_report import estimate_dict, trace_extras
 from meshplan.training.memory_report import memory_dict
 
-train_app = typer.Typer(help="Training runs: memory (and, next, step time and plan search).",
+train_app = typer.Typer(help="Training runs: memory, step time, plan search, sweeps and launch configs.",
                         no_args_is_help=True)
 GIB = 2**30
 
@@ -121,8 +121,9 @@ def memory(**flags) -> None:
     estimate = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
     if json_out:
         print_json(memory_dict(estimate))
-        return
-    render_memory(estimate, f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}")
+    else:
+        render_memory(estimate, f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}")
+    finish(estimate.fits)
 
 
 STAGE_COLUMNS = (("weights", "weights_bytes"), ("grads", "gradients_bytes"),
@@ -193,12 +194,14 @@ def estimate(**flags) -> None:
                                         metadata={"model": spec.name, "gpu": cluster.gpu.name}))
     if json_out:
         print_json(estimate_dict(est))
+        finish(est.memory.fits)
         return
     render_estimate(est, f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}")
     if timeline:
         console.print(text_timeline(est.pipeline.events), highlight=False, soft_wrap=True)
     if trace is not None:
         console.print(f"trace written to {trace} (open in ui.perfetto.dev or chrome://tracing)")
+    finish(est.memory.fits)
 
 
 def render_estimate(est, title: str) -> None:

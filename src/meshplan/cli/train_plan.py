@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import console, print_json, user_errors
+from meshplan.cli.common import console, finish, print_json, user_errors
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.cli.train import build_plan
@@ -98,6 +98,7 @@ def plan_command(
     if json_out:
         entries.sort(key=lambda e: e["score"])
         print_json({"plans": entries, "search": searches[0] if len(searches) == 1 else searches})
+    finish(bool(entries))  # exit 1 when no requested cluster size has a plan that fits
 
 
 def check_pins(pinned: dict, gpus: int) -> None:
@@ -126,9 +127,14 @@ def _blocked(memory) -> str:
     p = memory.plan
     over = (memory.peak_bytes - memory.gpu_memory_bytes) / GIB
     return (f"tp{p.tp} pp{p.pp} vpp{p.vpp} cp{p.cp} ep{p.ep} mbs{p.micro_batch_size} "
-            f"recompute {p.recompute} zero {ZERO[p.dp_sharding]}: needs "
+            f"recompute {p.recompute} zero {_zero(p)}: needs "
             f"{memory.peak_bytes / GIB:.1f} of {memory.gpu_memory_bytes / GIB:.1f} GiB "
             f"({over:.1f} GiB over, stage {memory.peak_stage.stage})")
+
+
+def _zero(plan) -> str:
+    """The ZeRO stage, `+off` when optimizer states live in CPU memory (ZeRO-Offload)."""
+    return ZERO[plan.dp_sharding] + ("+off" if plan.offload_optimizer else "")
 
 
 def _recompute(plan) -> str:
@@ -146,7 +152,7 @@ def render(result: SearchResult, title: str, cluster) -> None:
         table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for i, e in enumerate(result.ranked, 1):
         p = e.plan
-        table.add_row(str(i), str(p.tp), str(p.pp), str(p.vpp), f"{p.cp}/{p.ep}", ZERO[p.dp_sharding],
+        table.add_row(str(i), str(p.tp), str(p.pp), str(p.vpp), f"{p.cp}/{p.ep}", _zero(p),
                       str(p.micro_batch_size), _recompute(p), f"{e.tokens_per_s_per_gpu:,.0f}",
                       f"{e.mfu:.1%}", f"{e.step_time_s:.2f}",
                       f"{e.memory.peak_bytes / GIB:.0f}/{e.memory.gpu_memory_bytes / GIB:.0f}",
@@ -196,3 +202,4 @@ def sweep_command(
                          out=out, workers=workers, progress=lambda: bar.advance(task))
     ok = sum(r["status"] == "ok" for r in rows)
     console.print(f"{len(rows)} cells ({ok} with a fitting plan) written to {out}", highlight=False)
+    finish(ok > 0)

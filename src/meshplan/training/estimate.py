@@ -54,7 +54,7 @@ def _dp_and_optimizer(ctx: CostContext, chunks: list[ChunkTime]) -> tuple[float,
         backward = sum(c.backward_s for c in mine)
         window = backward * (p.num_microbatches if p.dp_sharding == "full" else 1)
         total, exposed = dp_seconds(ctx, s, window)
-        opt = optimizer_seconds(ctx, s)
+        opt = optimizer_seconds(ctx, s, backward)
         if exposed + opt > worst[1] + worst[2]:
             worst = (total, exposed, opt)
     return worst
@@ -80,7 +80,8 @@ def _breakdown(ctx: CostContext, chunks, pipe: PipelineResult, dp, opt) -> dict[
     compute = pipe.busy_s[stage] - tp - ep - cp - fsdp
     return {"compute": compute, "tp_comm_exposed": tp, "ep_comm": ep, "cp_comm_exposed": cp,
             "fsdp_gather_exposed": fsdp, "pipeline_bubble": pipe.step_time_s - pipe.busy_s[stage],
-            "dp_comm_exposed": dp, "optimizer": opt, "other": ctx.k.step_overhead_s}
+            "dp_comm_exposed": dp, "optimizer": 0.0 if p.offload_optimizer else opt,
+            "cpu_offload": opt if p.offload_optimizer else 0.0, "other": ctx.k.step_overhead_s}
 
 
 def estimate_step(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,

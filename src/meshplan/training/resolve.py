@@ -142,17 +142,53 @@ def balanced_split(num_layers: int, chunks: int) -> tuple[int, ...]:
     return tuple(base + (c in bonus) for c in range(chunks))
 
 
-def _chunks(plan: TrainingPlan, model: ModelSpec, vpp: int) -> tuple[tuple[int, ...], ...]:
+def edge_split(num_layers: int, chunks: int) -> tuple[int, ...] | None:
+    """Even middle chunks of ceil(n / chunks) layers, the remainder on the first and last chunk
+    (which also carry the embedding and the LM head): Meta's Llama 3.1 405B layout (126 layers
+    on 16 stages: 7, 8 x 14, 7), and Megatron's --decoder-first/last-pipeline-num-layers form.
+    None when the first and last chunk cannot both keep a layer."""
+    if chunks == 1:
+        return (num_layers,)
+    middle = -(-num_layers // chunks)
+    rest = num_layers - (chunks - 2) * middle
+    if rest < 2:
+        return None
+    first = rest // 2
+    return (first,) + (middle,) * (chunks - 2) + (rest - first,)
+
+
+def _uneven(plan: TrainingPlan, model: ModelSpec, vpp: int, chosen: dict[str, str]) -> tuple[int, ...]:
+    """The split meshplan picks when pp x vpp does not divide the layers (reported in `chosen`)."""
+    n, chunks = model.num_layers, plan.pp * vpp
+    sizes = edge_split(n, chunks)
+    if sizes is None:
+        raise PlanError(
+            f"pp={plan.pp} x vpp={vpp} = {chunks} pipeline chunks cannot split the {n} layers of "
+            f"{model.name} with a layer on every chunk and even middle chunks; use a chunk count "
+            f"dividing {n} ({_nearest_divisors(n, chunks)}) or give --pipeline-split, e.g. "
+            f"{','.join(map(str, balanced_split(n, chunks)))}")
+    chosen["pipeline_split"] = (f"{','.join(map(str, _runs(sizes)))} ({chunks} chunks do not divide "
+                                f"the {n} layers: the first and last chunk take the remainder)")
+    return sizes
+
+
+def _runs(sizes: tuple[int, ...]) -> list[str]:
+    """Layer counts with repeats folded: 7, 8x14, 7."""
+    out: list[list[int]] = []
+    for k in sizes:
+        if out and out[-1][0] == k:
+            out[-1][1] += 1
+        else:
+            out.append([k, 1])
+    return [f"{k}x{c}" if c > 1 else str(k) for k, c in out]
+
+
+def _chunks(plan: TrainingPlan, model: ModelSpec, vpp: int,
+            chosen: dict[str, str]) -> tuple[tuple[int, ...], ...]:
     n, chunks = model.num_layers, plan.pp * vpp
     sizes = plan.pipeline_split
     if sizes is None:
-        if n % chunks:
-            raise PlanError(
-                f"pp={plan.pp} x vpp={vpp} = {chunks} pipeline chunks do not divide the {n} layers "
-                f"of {model.name}; use a chunk count dividing {n} "
-                f"({_nearest_divisors(n, chunks)}) or give pipeline_split, e.g. "
-                f"{','.join(map(str, balanced_split(n, chunks)))}")
-        sizes = (n // chunks,) * chunks
+        sizes = _uneven(plan, model, vpp, chosen) if n % chunks else (n // chunks,) * chunks
     if len(sizes) != chunks or sum(sizes) != n or min(sizes) < 1:
         raise PlanError(f"pipeline_split {list(sizes)} must have pp x vpp = {chunks} positive "
                         f"entries summing to the {n} layers of {model.name}")
@@ -280,7 +316,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         recompute=plan.recompute, recompute_num_layers=plan.recompute_num_layers,
         offload_activations=plan.offload_activations, offload_optimizer=plan.offload_optimizer,
         precision=plan.precision, optimizer=plan.optimizer,
-        schedule=_resolve_schedule(plan, vpp, m), rank_order=plan.rank_order, chunk_layers=_chunks(plan, model, vpp),
+        schedule=_resolve_schedule(plan, vpp, m), rank_order=plan.rank_order, chunk_layers=_chunks(plan, model, vpp, chosen),
         framework=plan.framework,
         attention=_resolve_attention(plan, cluster, chosen),
         capacity_factor=plan.capacity_factor,

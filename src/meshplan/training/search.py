@@ -91,6 +91,19 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
                 yield plan.model_copy(update={"recompute_num_layers": per_chunk // 2})
 
 
+IGNORED = ("chosen", "warnings")
+
+
+def _identity(plan) -> tuple:
+    """What makes two resolved plans different runs. With one rank per shard group (dp x cp = 1
+    and one expert replica) ZeRO stages shard nothing, so every dp_sharding is the same plan; the
+    candidates come lowest stage first, so the simplest one is kept."""
+    fields = {f: getattr(plan, f) for f in plan.__dataclass_fields__ if f not in IGNORED}
+    if plan.shard_group == 1 and plan.expert_dp == 1:
+        fields["dp_sharding"] = None
+    return tuple(fields.values())
+
+
 def score(est: StepEstimate, objective: str, price_per_gpu_hour: float | None,
           gpus: int, train_tokens: float | None) -> float:
     """Lower is better: negative throughput, dollars per token, or seconds to train."""
@@ -110,6 +123,7 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
     feasible: list[StepEstimate] = []
     reasons: dict[str, None] = {}
     too_big: list = []
+    seen: set = set()
     for plan in candidates(base, model, cluster, pinned):
         try:
             resolved = resolve_plan(plan, model, cluster)
@@ -118,6 +132,10 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
             if len(reasons) < 3:
                 reasons[str(exc)] = None
             continue
+        key = _identity(resolved)
+        if key in seen:
+            continue  # the same plan as one already costed (e.g. ZeRO 1/2/3 on one GPU)
+        seen.add(key)
         evaluated += 1
         memory = estimate_memory(model, cluster, resolved)
         if not memory.fits:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from meshplan.costs.comm import collective_time, p2p_time
 from meshplan.training.context import CostContext
 from meshplan.training.layer_time import LayerTime, layer_time
+from meshplan.training.offload import offload_time
 from meshplan.training.states import layer_split, stage_params, state_bytes
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0
@@ -147,13 +148,18 @@ def dp_seconds(ctx: CostContext, stage: int, overlap_window: float) -> tuple[flo
     return total, exposed
 
 
-def optimizer_seconds(ctx: CostContext, stage: int) -> float:
-    """The optimizer step: memory-bound over the parameters this GPU updates."""
+def optimizer_seconds(ctx: CostContext, stage: int, backward_s: float = 0.0) -> float:
+    """The optimizer step: memory-bound over the parameters this GPU updates; with optimizer
+    offload, the host's CPU-Adam step and the PCIe copies around it (see `training.offload`),
+    `backward_s` being one micro-batch's backward on this stage."""
     p = ctx.plan
     params = stage_params(ctx.model, p, stage)
     local = params.dense + params.expert
     if p.dp_sharding != "none":
         local = params.dense / p.shard_group + params.expert / p.expert_dp
     if p.offload_optimizer:
-        return 0.0
+        c = ctx.cluster
+        return offload_time(c.gpu.name, c.gpus_per_node, c.num_gpus, local, p.num_microbatches,
+                            backward_s, state_bytes(p, ctx.model.hidden_size).gradients,
+                            ctx.k.dp_exposed_floor).total_s
     return ctx.memory(local * OPTIMIZER_BYTES_PER_PARAM, kernels=8)
