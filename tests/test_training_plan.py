@@ -36,10 +36,12 @@ def test_tp_must_divide_kv_heads():
         resolve(cluster=Cluster.build("h100-sxm-80gb", 64), tp=16)
 
 
-def test_pp_not_dividing_layers_suggests_divisors_and_a_split():
-    with pytest.raises(PlanError, match=r"pp=8 x vpp=1 = 8 pipeline chunks do not divide the 126 "
-                                        r"layers .*\(7 or 9\) or give pipeline_split, e.g. 15,16"):
-        resolve(model=L405, cluster=Cluster.build("h100-sxm-80gb", 512), tp=8, pp=8)
+def test_pp_not_dividing_layers_takes_the_remainder_on_the_edge_chunks():
+    plan = resolve(model=L405, cluster=Cluster.build("h100-sxm-80gb", 512), tp=8, pp=8)
+    assert [len(plan.stage_layers(s)) for s in range(8)] == [15, 16, 16, 16, 16, 16, 16, 15]
+    assert plan.chosen["pipeline_split"].startswith("15,16x6,15 (8 chunks do not divide")
+    with pytest.raises(PlanError, match=r"128 pipeline chunks are more than the 126 layers"):
+        resolve(model=L405, cluster=Cluster.build("h100-sxm-80gb", 512), tp=8, pp=8, vpp=16)
 
 
 def test_explicit_pipeline_split_is_checked_and_used():

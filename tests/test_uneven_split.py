@@ -70,5 +70,6 @@ def test_estimate_with_uneven_pp_chooses_the_split_instead_of_failing():
 def test_an_inexpressible_split_names_the_cause_and_offers_pipeline_split():
     model = load_model("llama-3.1-8b")  # 32 layers
     cluster = Cluster.build("h100-sxm-80gb", 64)
-    with pytest.raises(ConfigError, match=r"cannot split the 32 layers.*--pipeline-split"):
-        resolve_plan(TrainingPlan(pp=16, vpp=3), model, cluster)
+    with pytest.raises(ConfigError, match=r"20 pipeline chunks cannot split the 32 layers.*"
+                                          r"dividing 32 \(16 or 32\), or give --pipeline-split, e.g. 1,1,"):
+        resolve_plan(TrainingPlan(pp=4, vpp=5), model, cluster)

@@ -13,11 +13,13 @@ from meshplan.export import export_plan
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
 from meshplan.training import resolve_plan
+from meshplan.training.capabilities import EXPORT_TARGETS
 from meshplan.cli.train import build_plan
 
 
-def read_plan_file(path: Path) -> dict:
-    """A plan file ({model, hardware, plan}) or `train plan --json` output (its first plan)."""
+def read_plan_file(path: Path, index: int = 1) -> dict:
+    """A plan file ({model, hardware, plan}) or `train plan --json` output (its `index`-th plan,
+    1-based as in the table's `#` column)."""
     try:
         data = yaml.safe_load(path.read_text())  # JSON is YAML
     except OSError as exc:
@@ -27,7 +29,10 @@ def read_plan_file(path: Path) -> dict:
     if isinstance(data, dict) and isinstance(data.get("plans"), list):
         if not data["plans"]:
             raise ConfigError(f"{path}: 'plans' is empty (the search found no plan that fits)")
-        data = data["plans"][0]
+        if not 1 <= index <= len(data["plans"]):
+            raise ConfigError(f"--index {index}: {path} holds {len(data['plans'])} plans; "
+                              f"give 1 to {len(data['plans'])}")
+        data = data["plans"][index - 1]
     for key in ("model", "hardware", "plan"):
         if not isinstance(data, dict) or key not in data:
             raise ConfigError(f"{path}: expected keys model, hardware and plan (missing {key!r})")
@@ -37,13 +42,23 @@ def read_plan_file(path: Path) -> dict:
 def export_command(
     target: str = typer.Option(..., "--target", help="megatron, torchtitan or deepspeed."),
     plan: Path = typer.Option(..., "--plan", help="Plan file, or the --json output of train plan."),
+    index: int = typer.Option(1, "--index", help="Which plan of a `train plan --json` file (1 = best)."),
 ) -> None:
-    """Print the engine's launch config (command line, TOML or JSON) for a plan."""
-    data = read_plan_file(plan)
+    """Print the engine's launch config (command line, TOML or JSON) for a plan. A plan searched
+    for another framework is re-targeted: it exports when every field has an equivalent in the
+    target, else the error lists each field that has none."""
+    data = read_plan_file(plan, index)
     spec = load_model(data["model"])
     cluster = Cluster.build(**data["hardware"])
-    resolved = resolve_plan(build_plan(**data["plan"]), spec, cluster)
+    fields = dict(data["plan"])
+    if target in EXPORT_TARGETS and fields.get("framework") not in (None, target, *_ALIASES.get(target, ())):
+        fields["framework"] = EXPORT_TARGETS[target]  # re-target: the target's kernels and defaults
+    resolved = resolve_plan(build_plan(**fields), spec, cluster)
     typer.echo(export_plan(target, spec, cluster, resolved).rstrip("\n"))
+
+
+_ALIASES = {"megatron": ("nemo",)}
+"""Frameworks whose plans an export target runs as they are (NeMo runs Megatron-Core)."""
 
 
 def register(app: typer.Typer) -> None:

@@ -13,13 +13,14 @@ from meshplan.cli.common import console, finish, print_json, user_errors
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.cli.train import build_plan
+from meshplan.training.capabilities import schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.search import SearchResult, search, why_winner
 
 GIB = 2**30
 ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
 """dp_sharding as the ZeRO stage it corresponds to (the table's `zero` column)."""
-PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding")
+PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding", "schedule")
 
 
 def parse_counts(text: str) -> list[int]:
@@ -68,6 +69,8 @@ def plan_command(
     micro_batch_size: int = typer.Option(None, help="Pin the micro-batch size."),
     recompute: str = typer.Option(None, help="Pin recompute (none, selective, full)."),
     dp_sharding: str = typer.Option(None, help="Pin data-parallel sharding."),
+    schedule: str = typer.Option(None, help="Pin the pipeline schedule (megatron: 1f1b, interleaved; "
+                                 "torchtitan: gpipe, 1f1b, interleaved)."),
     objective: str = typer.Option("throughput", help="throughput, cost or time-to-train."),
     price_per_gpu_hour: float = typer.Option(None, help="Dollars per GPU-hour (objective cost)."),
     train_tokens: float = typer.Option(None, help="Tokens to train on (objective time-to-train)."),
@@ -83,6 +86,9 @@ def plan_command(
             raise ConfigError("give --global-batch-size (sequences) or --global-batch-tokens")
         global_batch_size = max(1, global_batch_tokens // seq_len)
     pinned = {k: v for k, v in locals().items() if k in PINNABLE and v is not None}
+    if schedule is not None and schedule not in schedules_for(framework):
+        raise ConfigError(f"--schedule {schedule!r}: {framework} runs "
+                          f"{', '.join(schedules_for(framework)) or 'no pipeline schedule'}")
     base = build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
                       framework=framework, precision=precision)
     entries, searches = [], []

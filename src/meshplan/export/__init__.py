@@ -13,6 +13,7 @@ from meshplan.errors import UnknownNameError
 from meshplan.export import deepspeed, megatron, torchtitan
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
+from meshplan.training.capabilities import EXPORT_TARGETS, check
 from meshplan.training.resolve import ResolvedPlan
 
 Exporter = Callable[[ModelSpec, Cluster, ResolvedPlan], str]
@@ -30,4 +31,5 @@ def export_plan(target: str, model: ModelSpec, cluster: Cluster, plan: ResolvedP
     """The config text of `plan` for the engine `target` (a key of EXPORTERS)."""
     if target not in EXPORTERS:
         raise UnknownNameError("export target", target, EXPORTERS)
+    check(EXPORT_TARGETS[target], plan)  # every field the engine has no equivalent for, at once
     return EXPORTERS[target](model, cluster, plan)

@@ -162,11 +162,12 @@ def _uneven(plan: TrainingPlan, model: ModelSpec, vpp: int, chosen: dict[str, st
     n, chunks = model.num_layers, plan.pp * vpp
     sizes = edge_split(n, chunks)
     if sizes is None:
-        raise PlanError(
-            f"pp={plan.pp} x vpp={vpp} = {chunks} pipeline chunks cannot split the {n} layers of "
-            f"{model.name} with a layer on every chunk and even middle chunks; use a chunk count "
-            f"dividing {n} ({_nearest_divisors(n, chunks)}) or give --pipeline-split, e.g. "
-            f"{','.join(map(str, balanced_split(n, chunks)))}")
+        why = (f"are more than the {n} layers of {model.name}" if chunks > n else
+               f"cannot split the {n} layers of {model.name} with even middle chunks")
+        hint = ("" if chunks > n else
+                f", or give --pipeline-split, e.g. {','.join(map(str, balanced_split(n, chunks)))}")
+        raise PlanError(f"pp={plan.pp} x vpp={vpp} = {chunks} pipeline chunks {why}; use a chunk "
+                        f"count dividing {n} ({_nearest_divisors(n, chunks)}){hint}")
     chosen["pipeline_split"] = (f"{','.join(map(str, _runs(sizes)))} ({chunks} chunks do not divide "
                                 f"the {n} layers: the first and last chunk take the remainder)")
     return sizes

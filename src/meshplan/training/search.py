@@ -14,19 +14,9 @@ from meshplan.model.spec import ModelSpec
 from meshplan.training.estimate import StepEstimate, estimate_step
 from meshplan.training.memory import estimate_memory
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.resolve import balanced_split, resolve_plan
+from meshplan.training.capabilities import GENERIC, capability, problems
+from meshplan.training.resolve import resolve_plan
 
-FRAMEWORK_SPACE = {
-    "megatron": {"dp_sharding": ("optimizer",), "recompute": ("none", "selective", "full"),
-                 "partial_recompute": True},
-    "nemo": {"dp_sharding": ("optimizer",), "recompute": ("none", "selective", "full"),
-             "partial_recompute": True},
-    "torchtitan": {"dp_sharding": ("full",), "recompute": ("none", "selective", "full"),
-                   "schedule": ("1f1b", "zero-bubble")},
-    "deepspeed": {"dp_sharding": ("optimizer", "gradients", "full"), "recompute": ("none", "full"),
-                  "tp": (1,), "pp": (1,), "cp": (1,), "offload_optimizer": (False, True)},
-}
-"""What each engine supports (the search never proposes what the engine cannot launch)."""
 POWERS = (1, 2, 4, 8, 16, 32, 64)
 
 
@@ -54,21 +44,25 @@ def _axis(pinned, default):
 def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
                pinned: dict) -> Iterator[TrainingPlan]:
     """Every combination of open fields the framework supports (validity checked later)."""
-    space = FRAMEWORK_SPACE.get(base.framework, FRAMEWORK_SPACE["megatron"])
+    cap = capability(base.framework) or GENERIC
     node = cluster.gpus_per_node
     layer_divisors = tuple(d for d in range(3, 129) if model.num_layers % d == 0)
     cps = tuple(c for c in (1, 2, 4, 8, 16, 32) if c == 1 or base.seq_len // c >= 4096)
+
+    def sizes(dim: str, default: tuple) -> tuple:
+        return _axis(pinned.get(dim), default if dim in cap.parallel else (1,))
+
     axes = {
-        "tp": _axis(pinned.get("tp"), space.get("tp", tuple(t for t in POWERS if t <= node))),
-        "pp": _axis(pinned.get("pp"), space.get("pp", tuple(sorted({*POWERS, *layer_divisors})))),
-        "vpp": _axis(pinned.get("vpp"), (1, 2, 4, 8)),
-        "cp": _axis(pinned.get("cp"), space.get("cp", cps)),
-        "ep": _axis(pinned.get("ep"), (1, 2, 4, 8, 16, 32, 64) if model.is_moe else (1,)),
+        "tp": sizes("tp", tuple(t for t in POWERS if t <= node)),
+        "pp": sizes("pp", tuple(sorted({*POWERS, *layer_divisors}))),
+        "vpp": _axis(pinned.get("vpp"), (1, 2, 4, 8) if "pp" in cap.parallel else (1,)),
+        "cp": sizes("cp", cps),
+        "ep": sizes("ep", (1, 2, 4, 8, 16, 32, 64) if model.is_moe else (1,)),
         "micro_batch_size": _axis(pinned.get("micro_batch_size"), (1, 2, 4, 8)),
-        "recompute": _axis(pinned.get("recompute"), space["recompute"]),
-        "dp_sharding": _axis(pinned.get("dp_sharding"), space["dp_sharding"]),
-        "schedule": _axis(pinned.get("schedule"), space.get("schedule", (None,))),
-        "offload_optimizer": space.get("offload_optimizer", (False,)),
+        "recompute": _axis(pinned.get("recompute"), cap.recompute),
+        "dp_sharding": _axis(pinned.get("dp_sharding"), cap.search_dp_sharding or cap.dp_sharding),
+        "schedule": _axis(pinned.get("schedule"), (None,)),
+        "offload_optimizer": cap.offload_optimizer,
     }
     world = cluster.num_gpus
     for values in itertools.product(*axes.values()):
@@ -82,10 +76,9 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
             continue
         if fields["offload_optimizer"] and fields["dp_sharding"] == "optimizer":
             continue  # ZeRO-Offload needs ZeRO-2 or 3
-        split = None if model.num_layers % chunks == 0 else balanced_split(model.num_layers, chunks)
-        plan = base.model_copy(update={**fields, "dp": None, "pipeline_split": split})
+        plan = base.model_copy(update={**fields, "dp": None, "pipeline_split": None})
         yield plan
-        if space.get("partial_recompute") and fields["recompute"] == "full":
+        if cap.partial_recompute and fields["recompute"] == "full":
             per_chunk = model.num_layers // chunks
             if per_chunk >= 2:  # Megatron's block method: recompute only half of each chunk
                 yield plan.model_copy(update={"recompute_num_layers": per_chunk // 2})
@@ -131,6 +124,12 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
             invalid += 1
             if len(reasons) < 3:
                 reasons[str(exc)] = None
+            continue
+        cannot = problems(base.framework, resolved)
+        if cannot:  # the framework could not launch it: never rank it
+            invalid += 1
+            if len(reasons) < 3:
+                reasons[cannot[0]] = None
             continue
         key = _identity(resolved)
         if key in seen:
