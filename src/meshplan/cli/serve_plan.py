@@ -203,13 +203,21 @@ def read_plan_file(path: Path) -> tuple[str, ServingPlan]:
 
 
 def hub_repo(name: str) -> str:
-    """The Hugging Face repository of a catalog model (else the name as given)."""
+    """What the engine loads: a catalog model's Hugging Face repository, the repository of an
+    `hf:ORG/NAME`, or the checkpoint directory of a local config.json (vLLM and SGLang take the
+    directory, never the config file); else the name as given."""
     from meshplan.model.catalog_index import get_entry, is_catalog_name
 
     if is_catalog_name(name):
         repo = get_entry(name).hf_repo
         if repo:
             return repo
+    if name.startswith("hf:"):
+        return name[3:]
+    path = Path(name)
+    if path.name == "config.json":
+        parent = path.parent
+        return str(parent) if parent.is_absolute() else f"./{parent}".rstrip("/.") or "."
     return name
 
 

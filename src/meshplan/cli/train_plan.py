@@ -15,7 +15,8 @@ from meshplan.model import load_model
 from meshplan.cli.train import build_plan
 from meshplan.training.capabilities import schedules_for
 from meshplan.training.estimate import StepEstimate
-from meshplan.training.search import SearchResult, search, why_winner
+from meshplan.training.economics import economics
+from meshplan.training.search import OBJECTIVE_UNITS, SearchResult, search, why_winner
 
 GIB = 2**30
 ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
@@ -34,7 +35,7 @@ def parse_counts(text: str) -> list[int]:
         raise ConfigError(f"--num-gpus {text!r}: expected N, N,M,... or LOW-HIGH") from None
 
 
-def plan_entry(est: StepEstimate, model: str, cluster, score: float) -> dict:
+def plan_entry(est: StepEstimate, model: str, cluster, score: float, money: dict | None = None) -> dict:
     """One ranked plan: launchable fields (model, hardware, plan) and its predicted behaviour."""
     p = est.plan
     fields = {k: getattr(p, k) for k in ("tp", "pp", "vpp", "dp", "cp", "ep", "etp",
@@ -48,7 +49,7 @@ def plan_entry(est: StepEstimate, model: str, cluster, score: float) -> dict:
                                          "gpus_per_node": cluster.gpus_per_node},
             "plan": fields, **fields, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
             "step_time_s": est.step_time_s, "mfu": est.mfu, "peak_bytes": est.memory.peak_bytes,
-            "gpu_memory_bytes": est.memory.gpu_memory_bytes, "score": score}
+            "gpu_memory_bytes": est.memory.gpu_memory_bytes, **(money or {}), "score": score}
 
 
 def plan_command(
@@ -72,14 +73,17 @@ def plan_command(
     schedule: str = typer.Option(None, help="Pin the pipeline schedule (megatron: 1f1b, interleaved; "
                                  "torchtitan: gpipe, 1f1b, interleaved)."),
     objective: str = typer.Option("throughput", help="throughput, cost or time-to-train."),
-    price_per_gpu_hour: float = typer.Option(None, help="Dollars per GPU-hour (objective cost)."),
-    train_tokens: float = typer.Option(None, help="Tokens to train on (objective time-to-train)."),
+    price_per_gpu_hour: float = typer.Option(None, help="USD per GPU-hour: adds $/step, $/Mtok (and "
+                                             "the run's cost with --train-tokens); needed by --objective cost."),
+    train_tokens: float = typer.Option(None, help="Tokens in the run: adds days and GPU-hours to "
+                                       "train; needed by --objective time-to-train."),
     top: int = typer.Option(5, help="Plans to show per cluster size."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Search tp, pp, vpp, cp, ep, micro-batch, recompute and sharding; rank the plans that fit."""
-    if objective not in ("throughput", "cost", "time-to-train"):
+    if objective not in OBJECTIVE_UNITS:
         raise ConfigError(f"--objective {objective!r}: use throughput, cost or time-to-train")
+    _check_money(objective, price_per_gpu_hour, train_tokens)
     spec = load_model(model)
     if global_batch_size is None:
         if global_batch_tokens is None:
@@ -97,14 +101,29 @@ def plan_command(
         check_pins(pinned, n)
         result = search(spec, cluster, base, pinned, objective=objective, top=top,
                         price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
-        entries += [plan_entry(e, model, cluster, s) for e, s in zip(result.ranked, result.scores)]
+        money = [economics(e.tokens_per_s_per_gpu, e.step_time_s, n, price_per_gpu_hour, train_tokens)
+                 for e in result.ranked]
+        entries += [plan_entry(e, model, cluster, s, m)
+                    for e, s, m in zip(result.ranked, result.scores, money)]
         searches.append(_search_dict(result, n))
         if not json_out:
-            render(result, f"{spec.name} on {n} x {cluster.gpu.name}", cluster)
+            render(result, f"{spec.name} on {n} x {cluster.gpu.name}", cluster, money)
     if json_out:
         entries.sort(key=lambda e: e["score"])
-        print_json({"plans": entries, "search": searches[0] if len(searches) == 1 else searches})
+        print_json({"plans": entries, "score_unit": OBJECTIVE_UNITS[objective],
+                    "search": searches[0] if len(searches) == 1 else searches})
     finish(bool(entries))  # exit 1 when no requested cluster size has a plan that fits
+
+
+def _check_money(objective: str, price: float | None, tokens: float | None) -> None:
+    """The inputs an objective needs, positive and finite."""
+    for flag, value in (("--price-per-gpu-hour", price), ("--train-tokens", tokens)):
+        if value is not None and not 0 < value < float("inf"):
+            raise ConfigError(f"{flag} {value!r}: give a positive, finite number")
+    if objective == "cost" and price is None:
+        raise ConfigError("--objective cost needs --price-per-gpu-hour (USD per GPU-hour)")
+    if objective == "time-to-train" and tokens is None:
+        raise ConfigError("--objective time-to-train needs --train-tokens (tokens in the run)")
 
 
 def check_pins(pinned: dict, gpus: int) -> None:
@@ -150,8 +169,14 @@ def _recompute(plan) -> str:
     return plan.recompute
 
 
-def render(result: SearchResult, title: str, cluster) -> None:
-    """The ranked table, why the winner wins, and the search counts."""
+MONEY_COLUMNS = (("USD/step", "usd_per_step", "{:,.2f}"), ("USD/Mtok", "usd_per_million_tokens", "{:,.3f}"),
+                 ("days to train", "time_to_train_days", "{:,.1f}"),
+                 ("GPU-hours", "run_gpu_hours", "{:,.0f}"), ("run USD", "run_usd", "{:,.0f}"))
+"""Cost and time columns, shown when the inputs that set them were given (a price, a budget)."""
+
+
+def render(result: SearchResult, title: str, cluster, money: list[dict] | None = None) -> None:
+    """The ranked table, its cost/time table, why the winner wins, and the search counts."""
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     for col in ("#", "tp", "pp", "vpp", "cp/ep", "zero", "mbs", "recompute", "tok/s/GPU", "MFU",
                 "step s", "GiB used"):
@@ -165,6 +190,7 @@ def render(result: SearchResult, title: str, cluster) -> None:
                       style="bold" if i == 1 else None)
     if result.ranked:
         console.print(table)
+        _render_money(money or [])
     console.print(why_winner(result), highlight=False, soft_wrap=True)
     if not result.ranked:
         for memory in result.closest:
@@ -174,6 +200,19 @@ def render(result: SearchResult, title: str, cluster) -> None:
     console.print(f"evaluated {result.evaluated} plans ({result.rejected_memory} do not fit, "
                   f"{result.rejected_invalid} invalid layouts skipped) in {result.seconds:.2f} s",
                   highlight=False)
+
+
+def _render_money(money: list[dict]) -> None:
+    """Cost and time to train per ranked plan, when a price or a token budget was given."""
+    shown = [c for c in MONEY_COLUMNS if money and money[0].get(c[1]) is not None]
+    if not shown:
+        return
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    for col in ("#", *(c[0] for c in shown)):
+        table.add_column(col, justify="right", no_wrap=True)
+    for i, m in enumerate(money, 1):
+        table.add_row(str(i), *(fmt.format(m[key]) for _, key, fmt in shown))
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:

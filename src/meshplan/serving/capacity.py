@@ -16,6 +16,7 @@ import numpy as np
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
+from meshplan.serving.metrics import SLO
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.request import RequestRecord
 from meshplan.serving.simulate import SimulationResult, simulate
@@ -36,6 +37,10 @@ class Targets:
             raise ConfigError("give at least one SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-ms")
         if not 0 < self.percentile <= 100:
             raise ConfigError(f"--slo-percentile {self.percentile} must be in (0, 100]")
+
+    def slo(self) -> SLO:
+        """The same objectives as a goodput SLO (a request is good when it meets all of them)."""
+        return SLO(ttft_ms=self.ttft_ms, tpot_ms=self.tpot_ms, e2e_ms=self.e2e_ms)
 
     def label(self) -> str:
         """E.g. 'P90 TTFT <= 2000 ms, P90 TPOT <= 100 ms'."""

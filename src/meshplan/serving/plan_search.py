@@ -117,7 +117,8 @@ def _verify(model, clusters, unit, rate, t, cands, max_gpus) -> list[Candidate]:
     for c in cands:
         while True:
             plan = deployment_plan(c)
-            res = simulate(model, _sized(clusters[c.gpu], plan.num_gpus), plan, at_rate(unit, rate))
+            res = simulate(model, _sized(clusters[c.gpu], plan.num_gpus), plan, at_rate(unit, rate),
+                           slo=t.slo())
             c.verified, c.verified_margins = res, margins(res.records, t)
             ok = all(v <= 1 for v in c.verified_margins.values())
             if ok or (c.replicas + 1) * c.unit_gpus > max_gpus:

@@ -97,13 +97,23 @@ def _identity(plan) -> tuple:
     return tuple(fields.values())
 
 
+OBJECTIVE_UNITS = {"throughput": "-tokens/s/GPU", "cost": "USD per million tokens",
+                   "time-to-train": "days"}
+"""What `score` measures for each objective (lower is better)."""
+
+
 def score(est: StepEstimate, objective: str, price_per_gpu_hour: float | None,
           gpus: int, train_tokens: float | None) -> float:
-    """Lower is better: negative throughput, dollars per token, or seconds to train."""
+    """Lower is better: negative tokens/s per GPU, USD per million tokens, or days to train."""
+    tokens_per_s = est.tokens_per_s_per_gpu * gpus
     if objective == "cost":
-        return (price_per_gpu_hour or 1.0) * gpus / 3600 / (est.tokens_per_s_per_gpu * gpus)
+        if price_per_gpu_hour is None:
+            raise ConfigError("--objective cost needs --price-per-gpu-hour (USD per GPU-hour)")
+        return price_per_gpu_hour * gpus / 3600 / tokens_per_s * 1e6
     if objective == "time-to-train":
-        return (train_tokens or 1e12) / (est.tokens_per_s_per_gpu * gpus)
+        if train_tokens is None:
+            raise ConfigError("--objective time-to-train needs --train-tokens (tokens in the run)")
+        return train_tokens / tokens_per_s / 86_400
     return -est.tokens_per_s_per_gpu
 
 
