@@ -1,0 +1,62 @@
+"""CPU optimizer offload (ZeRO-Offload) costs host time: CPU-Adam from host DRAM bandwidth and
+cores, PCIe copies around it. Hand arithmetic for one case; the search keeps offload only when
+nothing fits without it; every catalog GPU has a host row."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshplan import Cluster, TrainingPlan, list_gpus, load_model, resolve_plan
+from meshplan.hardware.host import host_for
+from meshplan.training.estimate import estimate_step
+from meshplan.training.offload import (
+    HOST_BYTES_PER_PARAM, HOST_DRAM_EFFICIENCY, HOST_LINK_EFFICIENCY, offload_time,
+)
+from meshplan.training.search import search
+
+
+def test_every_catalog_gpu_has_a_host():
+    for gpu in list_gpus():
+        host = host_for(gpu.name)
+        assert host.memory_bandwidth_bytes_per_s > 0 and host.cpu_cores > 0 and host.link_bytes_per_s > 0
+
+
+def test_offload_time_by_hand_on_a_dgx_h100():
+    params = 8e9
+    t = offload_time("h100-sxm-80gb", gpus_per_node=8, num_gpus=1, params=params, microbatches=1,
+                     backward_s=10.0)
+    dram = 614.4e9 * HOST_DRAM_EFFICIENCY  # one GPU in the job: the whole host is its
+    assert t.cpu_step_s == pytest.approx(params * HOST_BYTES_PER_PARAM / dram)
+    link = 63e9 * HOST_LINK_EFFICIENCY
+    assert t.params_s == pytest.approx(params * 2 / link)
+    assert t.grads_exposed_s == 0.0  # 0.32 s of copies hide under a 10 s backward
+    eight = offload_time("h100-sxm-80gb", 8, 64, params, 1, 10.0)
+    assert eight.cpu_step_s == pytest.approx(8 * t.cpu_step_s)  # eight GPUs share the host
+
+
+def test_offload_makes_the_step_slower_by_the_host_time():
+    model, cluster = load_model("llama-3.1-8b"), Cluster.build("h100-sxm-80gb", 1)
+    base = TrainingPlan(framework="deepspeed", dp_sharding="gradients", recompute="full",
+                        micro_batch_size=1, global_batch_size=8, seq_len=4096)
+    on = estimate_step(model, cluster, resolve_plan(base.model_copy(update={"offload_optimizer": True}),
+                                                    model, cluster))
+    off = estimate_step(model, cluster, resolve_plan(base, model, cluster))
+    host = on.breakdown["cpu_offload"]
+    assert on.breakdown["optimizer"] == 0 and off.breakdown["cpu_offload"] == 0
+    assert host > 0.74  # 8.03e9 params x 34 B / (614.4 GB/s x 0.6), plus the copy back
+    assert on.step_time_s == pytest.approx(off.step_time_s - off.breakdown["optimizer"] + host, rel=1e-6)
+
+
+def test_search_prefers_no_offload_when_the_plan_fits_without_it():
+    model, cluster = load_model("llama-3.2-1b"), Cluster.build("h100-sxm-80gb", 8)
+    result = search(model, cluster, TrainingPlan(framework="deepspeed", seq_len=4096,
+                                                 global_batch_size=64), {}, top=3)
+    assert result.ranked and not result.ranked[0].plan.offload_optimizer
+
+
+def test_zero_stages_on_one_gpu_are_one_plan():
+    model, cluster = load_model("llama-3.2-1b"), Cluster.build("h100-sxm-80gb", 1)
+    result = search(model, cluster, TrainingPlan(framework="deepspeed", seq_len=2048,
+                                                 global_batch_size=8), {}, top=50)
+    layouts = [(e.plan.micro_batch_size, e.plan.recompute, e.plan.offload_optimizer) for e in result.ranked]
+    assert len(layouts) == len(set(layouts))  # no two rows differ only in the ZeRO stage
