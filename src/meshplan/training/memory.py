@@ -8,10 +8,13 @@ buffers, a one-layer backward working set, allocator fragmentation and the CUDA 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.training import activations as act
+from meshplan.training.pipeline_orders import SCHEDULES as ORDERS
+from meshplan.training.pipeline_orders import F, W, decode
 from meshplan.training.resolve import ResolvedPlan
 from meshplan.training.schedules import in_flight_chunks
 from meshplan.training.states import SHARDED_STATES, StageParams, stage_params, state_bytes
@@ -116,33 +119,75 @@ def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[in
     return total
 
 
-def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[float, float]:
-    """(stored activation bytes at the stage's peak, in-flight micro-batches)."""
+@lru_cache(maxsize=32)
+def _orders(schedule: str, pp: int, vpp: int, m: int) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(order) for order in ORDERS[schedule].orders(pp, vpp, m))
+
+
+def _walk_peak(order: tuple[int, ...], pp: int, vpp: int, chunk_bytes: list[float],
+               head_bytes: float) -> tuple[float, int, int]:
+    """Walk one stage's op order (a forward keeps its chunk's activations, its backward frees
+    them); at the peak of activations plus held logits: (activation bytes, chunks alive, logits
+    held). Logits belong to the stage's last chunk when `head_bytes` > 0."""
+    live = peak = act_at = 0.0
+    alive = alive_at = heads = heads_at = 0
+    for code in order:
+        kind, _, virtual = decode(code, pp * vpp)
+        if kind == W:
+            continue
+        c, sign = virtual // pp, (1 if kind == F else -1)
+        head = head_bytes > 0 and c == vpp - 1
+        live += sign * chunk_bytes[c]
+        alive, heads = alive + sign, heads + sign * head
+        if live + heads * head_bytes > peak:
+            peak, act_at, alive_at, heads_at = live + heads * head_bytes, live, alive, heads
+    return act_at, alive_at, heads_at
+
+
+def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int,
+                      head_bytes: float = 0.0) -> tuple[float, float, int]:
+    """(stored activation bytes at the stage's peak, in-flight micro-batches, logits held).
+
+    One chunk per stage, or equal chunks off the last stage: the schedule's closed form. Uneven
+    chunks (a first or last chunk lighter) or the LM head's chunk under virtual stages: walk the
+    schedule's op order, since which chunks are alive at the peak then matters."""
     chunks = [c for k, c in enumerate(plan.chunk_layers) if k % plan.pp == stage]
-    alive = in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)
-    per_chunk = sum(chunk_activation_bytes(model, plan, c) for c in chunks) / len(chunks)
+    per_chunk = [chunk_activation_bytes(model, plan, c) for c in chunks]
     distinct = {model.layers[i] for c in chunks for i in c}
     working = max(act.layer_activation_bytes(layer, model, plan)
                   for layer in distinct)  # backward of one layer: grads or recomputation
-    return per_chunk * alive + working, alive / plan.vpp
+    uniform = len(set(per_chunk)) == 1 and not (head_bytes and plan.vpp > 1)
+    if plan.vpp == 1 or uniform:
+        alive = in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)
+        held = max(alive, 1) if head_bytes else 0
+        return per_chunk[0] * alive + working, alive / plan.vpp, held
+    order = _orders(plan.schedule, plan.pp, plan.vpp, plan.num_microbatches)[stage]
+    stored, alive, held = _walk_peak(order, plan.pp, plan.vpp, per_chunk, head_bytes)
+    return stored + working, alive / plan.vpp, max(held, 1) if head_bytes else 0
 
 
-def logits_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int, alive: float) -> float:
-    """The last stage's logits and loss buffers (vocabulary-parallel over tp)."""
+def logits_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[float, float]:
+    """(bytes per held micro-batch, transient bytes at the loss) of the last stage's logits and
+    loss buffers (vocabulary-parallel over tp); zero off the last stage."""
     if stage != plan.pp - 1:
-        return 0.0
+        return 0.0, 0.0
     tokens = plan.micro_batch_size * plan.seq_len / plan.cp
     logits = tokens * model.vocab_size / plan.tp
-    held = LOGIT_BYTES[act.profile_name(plan)]
-    return logits * (held * max(alive, 1.0) + LOGIT_TRANSIENT_BYTES)
+    return logits * LOGIT_BYTES[act.profile_name(plan)], logits * LOGIT_TRANSIENT_BYTES
 
 
 def buffers_bytes(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> float:
     """Communication buffers: FSDP gathers (current + prefetched unit) and the reduce-scatter,
-    DDP gradient buckets, and the sequence-parallel all-gather / reduce-scatter of one layer."""
+    ZeRO-2's unsharded gradients of the unit being reduce-scattered, DDP gradient buckets, and
+    the sequence-parallel all-gather / reduce-scatter of one layer."""
     total = 0.0
     if plan.dp_sharding == "full":
         total += params.largest_unit * (2 * 2.0 + 2.0 + 4.0)
+    elif plan.dp_sharding == "gradients":
+        # Sharded gradients still exist unsharded, one unit (bucket) at a time, between the
+        # unit's backward and its reduce-scatter (ZeRO-2, Rajbhandari et al. 2020, 5.2; Llama 3
+        # reduce-scatters them in fp32 under FSDP, arXiv 2407.21783, 3.3.2).
+        total += params.largest_unit * state_bytes(plan, model.hidden_size).gradients
     elif plan.dp_sharding == "none" and plan.framework not in ("megatron", "nemo"):
         total += 2 * 25 * 2**20  # PyTorch DDP's gradient buckets
     if plan.sequence_parallel:
@@ -155,8 +200,9 @@ def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemor
     """The peak memory breakdown of one GPU of `stage`."""
     params = stage_params(model, plan, stage)
     states = model_states(params, model, plan)
-    acts, alive = stage_activations(model, plan, stage)
-    logits = logits_bytes(model, plan, stage, alive)
+    held_bytes, transient = logits_bytes(model, plan, stage)
+    acts, alive, held = stage_activations(model, plan, stage, held_bytes)
+    logits = held_bytes * held + transient
     buffers = buffers_bytes(params, model, plan)
     allocated = sum(states.values()) + acts + logits + buffers + WORKSPACE_BYTES
     return StageMemory(
