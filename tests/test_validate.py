@@ -74,9 +74,19 @@ def test_human_table(tmp_path):
     ({"hardware": {"gpu": "h100-sxm-80gb"}}, "record 't1': hardware.num_gpus"),
 ])
 def test_bad_record_names_id_and_key(tmp_path, change, message):
-    result = runner.invoke(app, ["validate", str(write(tmp_path, [{**TRAINING, **change}]))])
-    assert result.exit_code == 2
-    assert message in result.stderr
+    """--strict stops at the bad record (exit 2); by default it is skipped with the same reason
+    and the good records of the file are still validated."""
+    path = write(tmp_path, [{**TRAINING, **change}, {**TRAINING, "id": "t9"}])
+    strict = runner.invoke(app, ["validate", str(path), "--strict"])
+    assert strict.exit_code == 2
+    assert message in strict.stderr
+    lenient = runner.invoke(app, ["validate", str(path), "--json"])
+    assert lenient.exit_code == 0, lenient.output
+    data = json.loads(lenient.stdout)
+    assert [r["record_id"] if "record_id" in r else r["id"] for r in data["records"]] == ["t9"] * len(data["records"])
+    (skip,) = data["skipped"]
+    assert skip["id"] == "t1" and message.split(": ", 1)[1] in skip["reason"]
+    assert "skipped t1" in lenient.stderr
 
 
 def test_unrepresentable_record_is_skipped_with_its_reason(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -12,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from meshplan.errors import MeshplanError
+from meshplan.errors import ConfigError, MeshplanError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -20,18 +21,51 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+POSITIVE = frozenset({
+    "top", "workers", "num_requests", "max_gpus", "num_gpus", "request_rate", "time_scale",
+    "concurrency", "global_batch_size", "global_batch_tokens", "micro_batch_size", "seq_len",
+    "price_per_gpu_hour", "train_tokens", "replicas", "input_len", "output_len", "burstiness",
+    "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms", "slo_percentile", "inter_node_gbps_per_gpu",
+    "gpu_power_limit_w", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
+})
+"""Numeric options where zero means nothing; every other number must still be finite and >= 0."""
+
+
+def check_numbers(values: dict[str, Any]) -> None:
+    """One place for the sanity of numeric flags: finite, not negative, positive where zero is
+    meaningless. Each failure names the flag and the value."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if not math.isfinite(value):
+            raise ConfigError(f"{flag} {value!r}: give a finite number")
+        if value < 0 or (value == 0 and name in POSITIVE):
+            need = "positive" if name in POSITIVE else "zero or more"
+            raise ConfigError(f"{flag} {value!r}: give a number that is {need}")
+
+
 def user_errors(func: F) -> F:
-    """Wrap a command so a MeshplanError prints `error: ...` to stderr and exits with code 2."""
+    """Wrap a command so bad input (a MeshplanError, a bad numeric flag, a path that cannot be
+    read or written) prints one `error: ...` line to stderr and exits with code 2."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            check_numbers(kwargs)
             return func(*args, **kwargs)
         except MeshplanError as exc:
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(code=2) from None
+            _fail(str(exc))
+        except OSError as exc:  # an output or input path of the user's: missing, a directory, denied
+            where = f" {exc.filename!r}" if exc.filename else ""
+            _fail(f"cannot use{where}: {exc.strerror or exc}")
 
     return wrapper  # type: ignore[return-value]
+
+
+def _fail(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2) from None
 
 
 EXIT_NOT_MET = 1

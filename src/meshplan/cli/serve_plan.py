@@ -17,6 +17,7 @@ from meshplan.cli import options as opt
 from meshplan.cli.common import console, err_console, finish, print_json, user_errors
 from meshplan.cli.serve import build_serving_plan, build_workload, serve_app
 from meshplan.errors import ConfigError
+from meshplan.userfiles import parse_yaml, read_text
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
 from meshplan.serving.capacity import Targets, at_rate
@@ -182,20 +183,18 @@ def export_cmd(
 
 def read_plan_file(path: Path) -> tuple[str, ServingPlan]:
     """(model name, plan) from `serve plan --json` output or a plan file."""
-    if not path.is_file():
-        raise ConfigError(f"--plan {path}: no such file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--plan {path}: not YAML/JSON ({exc})") from None
-    if not isinstance(data, dict) or "model" not in data:
+    data = parse_yaml(read_text(path, "--plan file"), f"--plan {path}")
+    if not isinstance(data, dict) or not isinstance(data.get("model"), str):
         raise ConfigError(f"--plan {path}: expected a mapping with `model` and a plan (or `plans`)")
     if "plans" in data:
-        if not data["plans"]:
-            raise ConfigError(f"--plan {path}: the search found no plan to export")
-        fields = data["plans"][0]["plan"]
+        plans = data["plans"]
+        if not isinstance(plans, list) or not plans:
+            raise ConfigError(f"--plan {path}: `plans` holds no plan to export")
+        fields = plans[0].get("plan") if isinstance(plans[0], dict) else None
     else:
         fields = {k: v for k, v in data.items() if k != "model"}
+    if not isinstance(fields, dict):
+        raise ConfigError(f"--plan {path}: the plan must be a mapping of ServingPlan fields")
     try:
         return data["model"], ServingPlan(**fields)
     except ValueError as exc:

@@ -45,6 +45,8 @@ def build_plan(**fields) -> TrainingPlan:
         return TrainingPlan(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
         err = exc.errors()[0]
+        if not err["loc"]:
+            raise ConfigError(f"plan: {err['msg']}") from None
         flag = "--" + str(err["loc"][0]).replace("_", "-")
         raise ConfigError(f"{flag} {err.get('input')!r}: {err['msg']}") from None
 

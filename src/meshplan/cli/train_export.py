@@ -9,6 +9,7 @@ import yaml
 
 from meshplan.cli.common import user_errors
 from meshplan.errors import ConfigError
+from meshplan.userfiles import parse_yaml, read_text
 from meshplan.export import export_plan
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
@@ -20,12 +21,7 @@ from meshplan.cli.train import build_plan
 def read_plan_file(path: Path, index: int = 1) -> dict:
     """A plan file ({model, hardware, plan}) or `train plan --json` output (its `index`-th plan,
     1-based as in the table's `#` column)."""
-    try:
-        data = yaml.safe_load(path.read_text())  # JSON is YAML
-    except OSError as exc:
-        raise ConfigError(f"cannot read plan file {str(path)!r}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid JSON or YAML: {exc}") from None
+    data = parse_yaml(read_text(path, "plan file"), str(path))  # JSON is YAML
     if isinstance(data, dict) and isinstance(data.get("plans"), list):
         if not data["plans"]:
             raise ConfigError(f"{path}: 'plans' is empty (the search found no plan that fits)")

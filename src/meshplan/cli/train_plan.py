@@ -24,15 +24,19 @@ ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
 PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding", "schedule")
 
 
-def parse_counts(text: str) -> list[int]:
-    """`64`, `64,128,256` or `64-512` (powers of two in the range)."""
+def parse_counts(text: str, flag: str = "--num-gpus") -> list[int]:
+    """`64`, `64,128,256` or `64-512` (powers of two in the range); every count positive."""
     try:
-        if "-" in text:
+        if "-" in text.strip("-"):
             low, high = (int(x) for x in text.split("-"))
-            return [n for n in (2**k for k in range(20)) if low <= n <= high]
-        return [int(x) for x in text.split(",")]
+            counts = [n for n in (2**k for k in range(20)) if low <= n <= high]
+        else:
+            counts = [int(x) for x in text.split(",")]
     except ValueError:
-        raise ConfigError(f"--num-gpus {text!r}: expected N, N,M,... or LOW-HIGH") from None
+        raise ConfigError(f"{flag} {text!r}: expected N, N,M,... or LOW-HIGH") from None
+    if not counts or min(counts) < 1:
+        raise ConfigError(f"{flag} {text!r}: give positive whole numbers (N, N,M,... or LOW-HIGH)")
+    return counts
 
 
 def plan_entry(est: StepEstimate, model: str, cluster, score: float, money: dict | None = None) -> dict:
@@ -239,7 +243,7 @@ def sweep_command(
     from meshplan.training.sweep import run_sweep
 
     grid = ([m for m in models.split(",")], gpus.split(","), parse_counts(num_gpus),
-            [int(s) for s in seq_lens.split(",")])
+            parse_counts(seq_lens, "--seq-lens"))
     total = len(grid[0]) * len(grid[1]) * len(grid[2]) * len(grid[3])
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("searching", total=total)

@@ -8,9 +8,9 @@ import typer
 from rich import box
 from rich.table import Table
 
-from meshplan.cli.common import console, print_json, user_errors
-from meshplan.validate.records import load_records
-from meshplan.validate.run import predict, report
+from meshplan.cli.common import console, err_console, print_json, user_errors
+from meshplan.validate.records import read_records
+from meshplan.validate.run import Skip, predict, report
 
 UNITS = {"tokens_per_s_per_gpu": ("tok/s/GPU", 1.0), "step_time_s": ("s", 1.0),
          "peak_memory_gib": ("GiB", 1.0)}
@@ -19,10 +19,20 @@ UNITS = {"tokens_per_s_per_gpu": ("tok/s/GPU", 1.0), "step_time_s": ("s", 1.0),
 def validate(
     files: list[Path] = typer.Argument(..., help="Run-record YAML files (SCHEMA.md format)."),
     json_out: bool = typer.Option(False, "--json", help="Print the SCHEMA.md JSON report."),
+    strict: bool = typer.Option(False, "--strict", help="Stop at the first record that breaks the "
+                                "schema (exit 2) instead of skipping it with the reason."),
 ) -> None:
-    """Predict every record's measured quantities and print the errors and a summary."""
-    records = [r for path in files for r in load_records(path)]
+    """Predict every record's measured quantities and print the errors and a summary. A record
+    that cannot be parsed is skipped with its reason (unless --strict)."""
+    records, bad = [], []
+    for path in files:
+        good, skipped = read_records(path, strict=strict)
+        records += good
+        bad += [Skip(rid, reason) for rid, reason in skipped]
     rows, skips = predict(records)
+    skips = bad + skips
+    for skip in bad:
+        err_console.print(f"[yellow]skipped[/] {skip.id}: {skip.reason}", highlight=False, soft_wrap=True)
     data = report(rows, skips)
     if json_out:
         print_json(data)
@@ -35,7 +45,7 @@ def validate(
         table.add_row(r.id, unit, f"{r.measured:,.4g}", f"{r.predicted:,.4g}", f"{r.rel_error:+.1%}",
                       style="red" if abs(r.rel_error) > 0.2 else None)
     console.print(table)
-    render_summary(data["summary"], len(skips), len(records))
+    render_summary(data["summary"], len(skips), len(records) + len(bad))
 
 
 def render_summary(summary: dict, skipped: int, total: int) -> None:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from meshplan.errors import ConfigError
 
 _MISSING = object()
+
+
+MAX_INT = 2**40
+"""Largest size any config field may hold (a trillion: far above every real width or count)."""
+MAXIMA = {"num_hidden_layers": 4096, "n_layer": 4096, "num_layers": 4096, "n_layers": 4096}
+"""Layer counts meshplan walks one by one; the deepest published LLMs have a few hundred."""
 
 
 class ConfigView:
@@ -38,10 +45,14 @@ class ConfigView:
         key, value = self._raw(keys, default)
         if value is None:
             return value
-        if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value:
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not math.isfinite(value) or int(value) != value):
             raise self._fail(key, value, "an integer")
         if value < minimum:
             raise self._fail(key, value, f"an integer >= {minimum}")
+        ceiling = MAXIMA.get(key, MAX_INT)
+        if value > ceiling:
+            raise self._fail(key, value, f"an integer <= {ceiling:,}")
         return int(value)
 
     def opt_int(self, *keys: str, minimum: int = 1) -> int | None:
@@ -55,7 +66,13 @@ class ConfigView:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise self._fail(key, value, "a number")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        if not math.isfinite(number):
+            raise self._fail(key, value, "a finite number")
+        return number
 
     def bool(self, key: str, default: bool) -> bool:
         """A boolean flag."""

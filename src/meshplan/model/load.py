@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from meshplan.userfiles import parse_json, read_text
 from meshplan.errors import ConfigError
 from meshplan.model import catalog_index
 from meshplan.model.config_view import ConfigView
@@ -28,7 +29,7 @@ def text_part(config: Mapping[str, Any]) -> dict[str, Any]:
         return dict(config)
     text = dict(nested)
     outer = config.get("model_type")
-    if "model_type" not in text and outer:
+    if "model_type" not in text and isinstance(outer, str) and outer:
         text["model_type"] = TEXT_MODEL_TYPES.get(outer, outer)
     for key in ("tie_word_embeddings",):  # some wrappers keep it on the outer config only
         if key not in text and key in config:
@@ -57,6 +58,9 @@ def with_family_defaults(text: dict[str, Any], where: str) -> dict[str, Any]:
         if all(text.get(k) is None for k in keys):
             raise ConfigError(f"{where}: required field {keys[0]!r} is missing")
     family = text.get("model_type")
+    if family is not None and not isinstance(family, str):
+        raise ConfigError(f"{where}: field 'model_type' = {family!r} is invalid; expected a family "
+                          f"name such as 'llama' (supported: {', '.join(supported_families())})")
     defaults = family_defaults().get(DEFAULTS_ALIASES.get(family, family), {})
     return {**defaults, **text}
 
@@ -73,7 +77,7 @@ def from_config(config: Mapping[str, Any], name: str | None = None,
         raise ConfigError(f"{where}: expected a mapping of config fields, got {type(config).__name__}")
     text = text_part(config)
     family = text.get("model_type") or "generic"
-    parser = PARSERS.get(family)
+    parser = PARSERS.get(family) if isinstance(family, str) else None
     if parser is None:
         raise ConfigError(
             f"{where}: model_type {family!r} is not supported; supported: "
@@ -86,16 +90,7 @@ def from_config(config: Mapping[str, Any], name: str | None = None,
 
 def read_config_file(path: Path) -> dict[str, Any]:
     """Parse a config.json file, reporting malformed JSON by line and column."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read model config {str(path)!r}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        ) from None
+    data = parse_json(read_text(path, "model config"), str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object of config fields")
     return data

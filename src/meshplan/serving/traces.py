@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from meshplan.userfiles import check_readable
 from meshplan.errors import ConfigError
 from meshplan.serving.workload import TraceRow, Workload, from_trace
 
@@ -78,6 +79,7 @@ def _seconds(value: str, column: str) -> float:
 
 
 def _open(path: Path) -> IO[str]:
+    check_readable(path, "trace")
     if path.suffix == ".gz":
         return gzip.open(path, "rt", newline="", encoding="utf-8")
     return path.open(newline="", encoding="utf-8")
@@ -186,8 +188,9 @@ def _parse_mooncake(path: Path, sink: _Collector) -> str:
 def _mooncake_row(text: str) -> TraceRow:
     try:
         obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _BadRow(f"not valid JSON ({exc.msg}): {text.strip()[:60]!r}") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        why = getattr(exc, "msg", "nested too deeply")
+        raise _BadRow(f"not valid JSON ({why}): {text.strip()[:60]!r}") from None
     if not isinstance(obj, dict):
         raise _BadRow(f"expected one JSON object per line, got {text.strip()[:60]!r}")
     missing = [key for key in MOONCAKE_KEYS if key not in obj]

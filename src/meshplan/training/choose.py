@@ -21,7 +21,7 @@ def _candidates(plan: TrainingPlan, model: ModelSpec) -> list[TrainingPlan]:
     out = []
     for m in mbs:
         for v in vpps:
-            if plan.vpp is None and v > 1 and not plan.pipeline_split and model.num_layers % (plan.pp * v):
+            if plan.vpp is None and v and v > 1 and not plan.pipeline_split and model.num_layers % (plan.pp * v):
                 continue  # interleaving over an uneven split: only when the user asks for it
             out.append(plan.model_copy(update={"micro_batch_size": m, "vpp": v}))
     return out

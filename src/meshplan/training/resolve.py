@@ -25,6 +25,9 @@ MICROBATCHES_PER_STAGE = 8
 """Sequences per data-parallel rank and pipeline stage when the global batch is left open: at
 one sequence per micro-batch, enough that the 1F1B fill and drain (pp - 1 micro-batch slots)
 cost about a ninth of the step."""
+MAX_MICROBATCHES = 65_536
+"""Micro-batches per step per DP rank the pipeline simulation accepts (real runs use tens to
+hundreds; the cap keeps a mistyped global batch from hanging the simulation)."""
 NO_FLASH_ARCHITECTURES = ("volta",)
 """GPU families FlashAttention does not run on (it needs compute capability 8.0; Turing had
 FlashAttention 1 only). There Megatron runs its unfused softmax path and PyTorch SDPA its
@@ -217,6 +220,11 @@ def _resolve_batch(plan: TrainingPlan, dp: int, chosen: dict[str, str]) -> tuple
         raise PlanError(
             f"global_batch_size={gbs} is not a multiple of micro_batch_size={mbs} x dp={dp} = "
             f"{per_step}; use {lower} or {lower + per_step}, or another micro-batch size")
+    if gbs // per_step > MAX_MICROBATCHES:
+        raise PlanError(
+            f"global_batch_size={gbs} makes {gbs // per_step:,} micro-batches per step on each DP "
+            f"rank; meshplan simulates at most {MAX_MICROBATCHES:,}: raise micro_batch_size or "
+            f"use at most {MAX_MICROBATCHES * per_step:,} sequences")
     return mbs, gbs, gbs // per_step
 
 

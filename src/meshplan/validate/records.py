@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
 from meshplan.errors import ConfigError
 from meshplan.model import ModelSpec, load_model
+from meshplan.userfiles import parse_yaml, read_text
 from meshplan.validate.schema import Record
 
 
@@ -35,23 +35,35 @@ def parse_record(raw: dict, origin: str) -> Record:
 
 
 def load_records(path: str | Path) -> list[Record]:
-    """All records of one run-record file (`{schema: 1, records: [...]}`)."""
+    """All records of one run-record file (`{schema: 1, records: [...]}`); the first bad record
+    stops with its id and key."""
+    records, _ = read_records(path, strict=True)
+    return records
+
+
+def read_records(path: str | Path, strict: bool = False) -> tuple[list[Record], list[tuple[str, str]]]:
+    """(records, skipped) of one run-record file: with `strict` the first record that breaks the
+    schema raises; otherwise it is skipped as (id or position, reason) and the rest are read. A
+    file that is not a record file at all always raises."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read run records {str(path)!r}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = parse_yaml(read_text(path, "run-record file"), str(path))
     if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("records"), list):
         raise ConfigError(f"{path}: expected a mapping {{schema: 1, records: [...]}}")
-    records = [parse_record(raw, str(path)) for raw in data["records"]]
-    seen: set[str] = set()
-    for record in records:
-        if record.id in seen:
-            raise ConfigError(f"{path}: record id {record.id!r} appears twice")
+    records, skipped, seen = [], [], set()
+    for index, raw in enumerate(data["records"]):
+        try:
+            record = parse_record(raw, str(path))
+            if record.id in seen:
+                raise ConfigError(f"{path}: record id {record.id!r} appears twice")
+        except ConfigError as exc:
+            if strict:
+                raise
+            rid = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), str) else f"#{index + 1}"
+            skipped.append((rid, f"not a valid record: {exc}"))
+            continue
         seen.add(record.id)
-    return records
+        records.append(record)
+    return records, skipped
 
 
 def record_model(record: Record) -> ModelSpec:
