@@ -102,7 +102,7 @@ def test_truncated_json_is_reported(tmp_path):
 
 
 def test_missing_file_is_reported(tmp_path):
-    with pytest.raises(ConfigError, match="cannot read model config"):
+    with pytest.raises(ConfigError, match="model config .*nope.json. does not exist"):
         load_model(tmp_path / "nope.json")
 
 
