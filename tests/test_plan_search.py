@@ -120,7 +120,7 @@ def test_no_fitting_plan_shows_the_closest_and_why():
 @pytest.mark.parametrize("args, message", [
     (["--num-gpus", "8", "--tp", "8", "--pp", "8"], "pinned tp=8 x pp=8 = 64 does not divide --num-gpus 8"),
     (["--num-gpus", "8", "--framework", "jax"], "--framework 'jax'"),
-    (["--num-gpus", "0"], "num_gpus must be a whole number of at least 1"),
+    (["--num-gpus", "0"], "--num-gpus '0': give positive whole numbers"),
 ])
 def test_conflicting_or_unknown_inputs_exit_2(args, message):
     result = runner.invoke(app, ["train", "plan", "--model", "llama-3.1-8b", "--gpu",

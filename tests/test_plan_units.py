@@ -52,8 +52,8 @@ def test_table_shows_dollars_and_days():
 @pytest.mark.parametrize("extra, message", [
     (["--objective", "cost"], "--objective cost needs --price-per-gpu-hour"),
     (["--objective", "time-to-train"], "--objective time-to-train needs --train-tokens"),
-    (["--price-per-gpu-hour", "-1"], "--price-per-gpu-hour -1.0: give a positive, finite number"),
-    (["--train-tokens", "nan"], "--train-tokens nan: give a positive, finite number"),
+    (["--price-per-gpu-hour", "-1"], "--price-per-gpu-hour -1.0: give a number that is positive"),
+    (["--train-tokens", "nan"], "--train-tokens nan: give a finite number"),
 ])
 def test_missing_or_meaningless_inputs_exit_2(extra, message):
     out = runner.invoke(app, [*ARGS, *extra])

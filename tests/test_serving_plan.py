@@ -382,10 +382,10 @@ def test_cli_plan_bad_input_exits_2(args, words):
 
 
 def test_cli_export_bad_plan_files_exit_2(tmp_path):
-    one_error(run("serve", "export", "--target", "vllm", "--plan", tmp_path / "missing.json"), "no such file")
+    one_error(run("serve", "export", "--target", "vllm", "--plan", tmp_path / "missing.json"), "does not exist")
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"model": "llama-3.1-8b", "plans": []}))
-    one_error(run("serve", "export", "--target", "vllm", "--plan", empty), "found no plan")
+    one_error(run("serve", "export", "--target", "vllm", "--plan", empty), "holds no plan to export")
 
 
 def test_cli_sweep_prints_and_writes_csv(tmp_path):

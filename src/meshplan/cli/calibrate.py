@@ -8,33 +8,35 @@ import typer
 import yaml
 
 from meshplan import calibrate as cal
-from meshplan.cli.common import console, user_errors
+from meshplan.cli.common import QUIET, console, progress, show_progress, user_errors
 from meshplan.errors import ConfigError
 from meshplan.validate.records import load_records
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "training" / "data" / "fitted_constants.yaml"
-SERVING_OUT = Path(__file__).resolve().parents[1] / "serving" / "data" / "fitted_serving.yaml"
 
 
 def calibrate(
     files: list[Path] = typer.Argument(..., help="Run-record YAML files to fit on (training and/or serving)."),
-    out: Path = typer.Option(None, "--out", help="Where to write the fitted constants "
-                             "(default: the package's fitted_constants.yaml / fitted_serving.yaml)."),
+    out: Path = typer.Option(..., "--out", help="File to write the fitted constants to. Nothing is "
+                             "written into the installed package unless this names its data file "
+                             "(training/data/fitted_constants.yaml or serving/data/fitted_serving.yaml)."),
     loso: bool = typer.Option(False, "--loso", help="Also report leave-one-source-out error (slow)."),
     max_nfev: int = typer.Option(100, help="Model evaluations the least-squares fit may use."),
+    quiet: bool = QUIET,
 ) -> None:
     """Fit the step-time constants on training records (least squares on log error of tokens/s
-    per GPU) and the serving engine constants on serving records (log error of every measured
-    metric); writes each with its fit record (date, inputs, in-sample and LOSO errors)."""
+    per GPU) or the serving engine constants on serving records (log error of every measured
+    metric); writes them with their fit record (date, inputs, in-sample and LOSO errors)."""
     records = [r for path in files for r in load_records(path)]
     if not records:
         raise ConfigError("the files hold no records to fit on")
+    kinds = {r.kind for r in records}
+    if len(kinds) > 1:
+        raise ConfigError("the files hold training and serving records; fit one kind per call, "
+                          "each with its own --out")
     names = [p.name for p in files]
-    if any(r.kind == "serving" for r in records):
-        _calibrate_serving([r for r in records if r.kind == "serving"], names, out or SERVING_OUT, loso, max_nfev)
-    training = [r for r in records if r.kind == "training"]
-    if training:
-        _calibrate_training(training, names, out or DEFAULT_OUT, loso, max_nfev)
+    fit = _calibrate_serving if kinds == {"serving"} else _calibrate_training
+    with progress(f"fitting {len(records)} {kinds.pop()} records", show_progress(quiet)):
+        fit(records, names, out, loso, max_nfev)
 
 
 def _calibrate_serving(records, names, out: Path, loso: bool, max_nfev: int) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
@@ -82,3 +83,26 @@ def finish(ok: bool) -> None:
 def print_json(data: Any) -> None:
     """Print `data` as indented JSON on stdout, untouched by rich's highlighting."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def show_progress(quiet: bool = False, json_out: bool = False) -> bool:
+    """Progress goes to a terminal only: never with --quiet or --json, or when stderr is piped."""
+    return not (quiet or json_out) and err_console.is_terminal
+
+
+@contextlib.contextmanager
+def progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None]]:
+    """A transient rich progress bar on stderr; yields `update(done, total)` (a no-op when not
+    `enabled`, so library code can always call it)."""
+    if not enabled:
+        yield lambda done, total: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar (it is shown only on a terminal).")

@@ -6,10 +6,9 @@ from pathlib import Path
 
 import typer
 from pydantic import ValidationError
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import console, err_console, finish, print_json, user_errors
+from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.serving.metrics import SLO
@@ -66,14 +65,9 @@ def _arrival(offline: bool, request_rate: float | None, concurrency: int | None,
     return "offline"
 
 
-def _run(model, cluster, plan, workload, slo, show_progress: bool) -> SimulationResult:
-    if not show_progress:
-        return simulate(model, cluster, plan, workload, slo=slo)
-    columns = (TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True) as bar:
-        task = bar.add_task("requests", total=len(workload.requests))
-        return simulate(model, cluster, plan, workload, slo=slo,
-                        progress=lambda done, total: bar.update(task, completed=done))
+def _run(model, cluster, plan, workload, slo, shown: bool) -> SimulationResult:
+    with progress("simulating requests", shown) as update:
+        return simulate(model, cluster, plan, workload, slo=slo, progress=update if shown else None)
 
 
 @serve_app.command("simulate")
@@ -127,6 +121,7 @@ def simulate_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print metrics and simulation stats as JSON."),
     requests_csv: Path = typer.Option(None, help="Write one CSV row per request here."),
     trace_out: Path = typer.Option(None, help="Write a Chrome/Perfetto trace of the iterations here."),
+    quiet: bool = QUIET,
 ) -> None:
     """Simulate a deployment under traffic: TTFT, TPOT, ITL, E2E, throughput and goodput."""
     plan = build_serving_plan(
@@ -147,7 +142,8 @@ def simulate_cmd(
     slo = None
     if any(v is not None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)):
         slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2e_ms=slo_e2e_ms)
-    result = _run(spec_model, cluster, plan, workload, slo, show_progress=not json_out and len(workload.requests) >= 5000)
+    result = _run(spec_model, cluster, plan, workload, slo,
+                  shown=show_progress(quiet, json_out) and len(workload.requests) >= 5000)
     _write_outputs(result, requests_csv, trace_out)
     verdict = slo_verdict(result, slo, slo_percentile)
     if json_out:

@@ -10,11 +10,10 @@ from pathlib import Path
 import typer
 import yaml
 from rich import box
-from rich.progress import Progress
 from rich.table import Table
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import console, err_console, finish, print_json, user_errors
+from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors
 from meshplan.cli.serve import build_serving_plan, build_workload, serve_app
 from meshplan.errors import ConfigError
 from meshplan.userfiles import parse_yaml, read_text
@@ -84,6 +83,7 @@ def plan_cmd(
     workers: int = typer.Option(2, help="Processes simulating candidates in parallel."),
     seed: int = typer.Option(0, help="Random seed of the synthetic workload."),
     json_out: bool = typer.Option(False, "--json", help="Print the ranked plans as JSON (input of serve export)."),
+    quiet: bool = QUIET,
 ) -> None:
     """The cheapest deployments that serve a request rate within latency SLOs."""
     from meshplan.serving.plan_report import render, result_dict
@@ -96,8 +96,9 @@ def plan_cmd(
     spec = load_model(model)
     clusters = [Cluster.build(g, 1) for g in gpu]  # hardware only; each plan is sized in the search
     space = Space(engine=engine, quantize=not no_quantization, disaggregate=not no_disaggregation)
-    result = search(spec, clusters, unit, rate, t, max_gpus=max_gpus, objective=objective,
-                    prices=_prices(price), space=space, top=top, workers=workers)
+    with progress("searching deployments", show_progress(quiet, json_out)):
+        result = search(spec, clusters, unit, rate, t, max_gpus=max_gpus, objective=objective,
+                        prices=_prices(price), space=space, top=top, workers=workers)
     if json_out:
         print_json(result_dict(result, model))
     else:
@@ -119,6 +120,7 @@ def sweep_cmd(
     output_len: int = typer.Option(None), burstiness: float = typer.Option(None),
     num_requests: int = typer.Option(800), seed: int = typer.Option(0),
     csv_out: Path = typer.Option(None, "--csv", help="Also write the curve as CSV."),
+    quiet: bool = QUIET,
 ) -> None:
     """Latency and throughput over request rates: the latency-throughput curve of one deployment."""
     from meshplan.serving.simulate import simulate
@@ -137,15 +139,14 @@ def sweep_cmd(
                              input_len=input_len, output_len=output_len, burstiness=burstiness)
     spec, cluster = load_model(model), Cluster.build(gpu, plan.num_gpus)
     rows = []
-    with Progress(console=err_console, transient=True) as bar:
-        task = bar.add_task("sweeping rates", total=len(values))
-        for rate in values:
+    with progress("sweeping rates", show_progress(quiet)) as update:
+        for done, rate in enumerate(values):
+            update(done, len(values))
             m = simulate(spec, cluster, plan, at_rate(unit, rate)).metrics
             rows.append({"request_rate": rate, "requests_per_s": m.requests_per_s,
                          "output_tokens_per_s": m.output_tokens_per_s,
                          **{f"{k}_{p}": getattr(getattr(m, k), p) for k in ("ttft_ms", "tpot_ms", "e2e_ms")
                             for p in ("p50", "p90", "p99")}})
-            bar.advance(task)
     _print_sweep(rows)
     if csv_out:
         with csv_out.open("w", newline="") as f:

@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import console, finish, print_json, user_errors
+from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.cli.train import build_plan
@@ -83,6 +83,7 @@ def plan_command(
                                        "train; needed by --objective time-to-train."),
     top: int = typer.Option(5, help="Plans to show per cluster size."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    quiet: bool = QUIET,
 ) -> None:
     """Search tp, pp, vpp, cp, ep, micro-batch, recompute and sharding; rank the plans that fit."""
     if objective not in OBJECTIVE_UNITS:
@@ -103,8 +104,10 @@ def plan_command(
     for n in parse_counts(num_gpus):
         cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None)
         check_pins(pinned, n)
-        result = search(spec, cluster, base, pinned, objective=objective, top=top,
-                        price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
+        with progress(f"searching {n} GPUs", show_progress(quiet, json_out)) as update:
+            result = search(spec, cluster, base, pinned, objective=objective, top=top,
+                            price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
+                            progress=update)
         money = [economics(e.tokens_per_s_per_gpu, e.step_time_s, n, price_per_gpu_hour, train_tokens)
                  for e in result.ranked]
         entries += [plan_entry(e, model, cluster, s, m)
@@ -236,19 +239,18 @@ def sweep_command(
     framework: str = typer.Option("megatron", help="megatron, nemo, torchtitan or deepspeed."),
     out: Path = typer.Option(Path("sweep.csv"), "--out", help="CSV file to write."),
     workers: int = typer.Option(2, help="Worker processes."),
+    quiet: bool = QUIET,
 ) -> None:
     """The best plan of every grid cell, searched in parallel, as a CSV table."""
-    from rich.progress import Progress
-
     from meshplan.training.sweep import run_sweep
 
     grid = ([m for m in models.split(",")], gpus.split(","), parse_counts(num_gpus),
             parse_counts(seq_lens, "--seq-lens"))
     total = len(grid[0]) * len(grid[1]) * len(grid[2]) * len(grid[3])
-    with Progress(console=console, transient=True) as bar:
-        task = bar.add_task("searching", total=total)
+    with progress("searching cells", show_progress(quiet)) as update:
+        done = iter(range(1, total + 1))
         rows = run_sweep(*grid, global_batch_tokens=global_batch_tokens, framework=framework,
-                         out=out, workers=workers, progress=lambda: bar.advance(task))
+                         out=out, workers=workers, progress=lambda: update(next(done), total))
     ok = sum(r["status"] == "ok" for r in rows)
     console.print(f"{len(rows)} cells ({ok} with a fitting plan) written to {out}", highlight=False)
     finish(ok > 0)

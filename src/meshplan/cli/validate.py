@@ -8,7 +8,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from meshplan.cli.common import console, err_console, print_json, user_errors
+from meshplan.cli.common import QUIET, console, err_console, print_json, progress, show_progress, user_errors
 from meshplan.validate.records import read_records
 from meshplan.validate.run import Skip, predict, report
 
@@ -19,6 +19,7 @@ UNITS = {"tokens_per_s_per_gpu": ("tok/s/GPU", 1.0), "step_time_s": ("s", 1.0),
 def validate(
     files: list[Path] = typer.Argument(..., help="Run-record YAML files (SCHEMA.md format)."),
     json_out: bool = typer.Option(False, "--json", help="Print the SCHEMA.md JSON report."),
+    quiet: bool = QUIET,
     strict: bool = typer.Option(False, "--strict", help="Stop at the first record that breaks the "
                                 "schema (exit 2) instead of skipping it with the reason."),
 ) -> None:
@@ -29,7 +30,8 @@ def validate(
         good, skipped = read_records(path, strict=strict)
         records += good
         bad += [Skip(rid, reason) for rid, reason in skipped]
-    rows, skips = predict(records)
+    with progress("predicting records", show_progress(quiet, json_out)) as update:
+        rows, skips = predict(records, update)
     skips = bad + skips
     for skip in bad:
         err_console.print(f"[yellow]skipped[/] {skip.id}: {skip.reason}", highlight=False, soft_wrap=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from meshplan.errors import ConfigError
@@ -119,15 +119,20 @@ def score(est: StepEstimate, objective: str, price_per_gpu_hour: float | None,
 
 def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict, *,
            objective: str = "throughput", top: int = 5, price_per_gpu_hour: float | None = None,
-           train_tokens: float | None = None) -> SearchResult:
-    """Evaluate every supported plan, keep those that fit, rank them by `objective`."""
+           train_tokens: float | None = None,
+           progress: Callable[[int, int], None] | None = None) -> SearchResult:
+    """Evaluate every supported plan, keep those that fit, rank them by `objective`;
+    `progress(done, total)` is told how far the enumeration is."""
     start = time.perf_counter()
     invalid = no_memory = evaluated = 0
     feasible: list[StepEstimate] = []
     reasons: dict[str, None] = {}
     too_big: list = []
     seen: set = set()
-    for plan in candidates(base, model, cluster, pinned):
+    plans = list(candidates(base, model, cluster, pinned))
+    for done, plan in enumerate(plans):
+        if progress is not None and done % 64 == 0:
+            progress(done, len(plans))
         try:
             resolved = resolve_plan(plan, model, cluster)
         except ConfigError as exc:
@@ -170,7 +175,10 @@ def _with_memory(est: StepEstimate, memory) -> StepEstimate:
 def why_winner(result: SearchResult) -> str:
     """One line: by how much the best plan beats the runner-up, and the biggest reason."""
     if len(result.ranked) < 2:
-        return "only one plan fits" if result.ranked else "no plan fits"
+        fitting = result.evaluated - result.rejected_memory
+        if not result.ranked:
+            return "no plan fits"
+        return "only one plan fits" if fitting < 2 else f"the best of {fitting} plans that fit"
     a, b = result.ranked[0], result.ranked[1]
     margin = a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu - 1
     gaps = {k: b.breakdown.get(k, 0) / b.step_time_s - a.breakdown.get(k, 0) / a.step_time_s

@@ -62,11 +62,14 @@ def serving_rows(record: Record) -> list[Row]:
             for k, v in measured.items() if v and predicted[k] == predicted[k]]
 
 
-def predict(records: list[Record]) -> tuple[list[Row], list[Skip]]:
-    """Rows for every record meshplan can represent; skips with a specific reason otherwise."""
+def predict(records: list[Record], progress=None) -> tuple[list[Row], list[Skip]]:
+    """Rows for every record meshplan can represent; skips with a specific reason otherwise.
+    `progress(done, total)` hears of each record."""
     rows: list[Row] = []
     skips: list[Skip] = []
-    for record in records:
+    for done, record in enumerate(records):
+        if progress is not None:
+            progress(done, len(records))
         try:
             rows += serving_rows(record) if record.kind == "serving" else training_rows(record)
         except ConfigError as exc:
