@@ -1,6 +1,7 @@
 """Sanity of the plan search against published practice: for each training record, does the
 plan meshplan picks (same framework, GPUs, sequence and batch) predict at least the throughput
 of the published layout, and where does the published layout rank among the searched plans?
+Saves benchmarks/results/plan_sanity.json and rewrites the README block that quotes it.
 Run: python benchmarks/plan_sanity.py"""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from meshplan.training.choose import best_plan
 from meshplan.training.search import search
 from meshplan.validate.records import load_records
 from meshplan.validate.training_records import training_case
+
+import readme_blocks  # benchmarks/readme_blocks.py
 
 RECORDS = Path(__file__).resolve().parents[1].parent / "shared" / "run-records" / "training-calibration.yaml"
 SEARCHABLE = ("megatron", "nemo", "torchtitan", "deepspeed")
@@ -48,6 +51,7 @@ def main() -> None:
     print(f"{at_least}/{total} records: the searched plan predicts at least the published "
           f"layout's throughput; published tp/pp/cp/ep in the top 10 for {top10}/{total} "
           f"({time.perf_counter() - start:.0f} s)")
+    readme_blocks.save("plan_sanity", {"at_least": at_least, "total": total, "top10": top10})
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """Accuracy of the serving simulator on the serving calibration records (in-sample with the
 fitted constants; the leave-one-source-out figure is the one `meshplan calibrate --loso` stored
 in serving/data/fitted_serving.yaml). Prints per-metric, per-source and per-GPU errors and the
-worst ten records with a diagnosis. Run: python benchmarks/serving_accuracy.py [FILE]"""
+worst ten records with a diagnosis, and (on the default file) saves the figures the README
+quotes to benchmarks/results/serving_accuracy.json and its README block. Run: python benchmarks/serving_accuracy.py [FILE]"""
 
 from __future__ import annotations
 
+import re
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from importlib import resources
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats
 
 import diagnoses  # benchmarks/diagnoses.py
+import readme_blocks  # benchmarks/readme_blocks.py
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "run-records" / "serving-calibration.yaml"
 
@@ -44,6 +47,34 @@ def _fmt(s: dict) -> str:
     return f"n={s['n']:4d} median {s['median_abs_rel_error']:.1%} p90 {s['p90_abs_rel_error']:.1%}"
 
 
+def _stored_loso() -> dict | None:
+    """The leave-one-source-out errors `calibrate --loso` stored with the fitted constants."""
+    fitted = resources.files("meshplan.serving").joinpath("data", "fitted_serving.yaml")
+    if not fitted.is_file():
+        return None
+    return yaml.safe_load(fitted.read_text())["fit"].get("leave_one_source_out")
+
+
+def results(records, cases, rows) -> dict:
+    """The figures the README quotes (benchmarks/results/serving_accuracy.json)."""
+    def stats(pick) -> dict:
+        return error_stats([e for fc, m, e in rows if pick(fc, m)])
+    metrics = sorted({m for _, m, _ in rows})
+    gh200_tp2 = re.compile(r"gh200.*-tp2-")
+    return {
+        "records": sum(r.kind == "serving" for r in records), "simulated": len(cases),
+        "engines": dict(Counter(fc.record.serving.engine for fc in cases)),
+        "all": stats(lambda fc, m: True),
+        "by_metric": {k: stats(lambda fc, m, k=k: m == k) for k in metrics},
+        "by_source": {k: stats(lambda fc, m, k=k: cs._source(fc) == k) for k in sorted({cs._source(fc) for fc in cases})},
+        "by_gpu": {k: stats(lambda fc, m, k=k: fc.case.cluster.gpu.name == k)
+                   for k in sorted({fc.case.cluster.gpu.name for fc in cases})},
+        "output_tokens_per_s_without_gh200_tp2": stats(
+            lambda fc, m: m == "output_tokens_per_s" and not gh200_tp2.search(fc.record.id)),
+        "leave_one_source_out": _stored_loso(),
+    }
+
+
 def main() -> None:
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
     records = load_records(path)
@@ -60,14 +91,13 @@ def main() -> None:
     for key in sorted(groups):
         v = groups[key]
         print(f"  {key:45s} {_fmt(error_stats(v))}  median signed {statistics.median(v):+.1%}")
-    fitted = resources.files("meshplan.serving").joinpath("data", "fitted_serving.yaml")
-    if fitted.is_file():
-        fit = yaml.safe_load(fitted.read_text())["fit"]
-        if "leave_one_source_out" in fit:
-            print(f"leave-one-source-out (stored by calibrate --loso): {_fmt(fit['leave_one_source_out'])}")
+    if _stored_loso():
+        print(f"leave-one-source-out (stored by calibrate --loso): {_fmt(_stored_loso())}")
     print("worst ten (positive: the simulator is too fast):")
     for fc, m, e in sorted(rows, key=lambda r: -abs(r[2]))[:10]:
         print(f"  {fc.record.id:58s} {m:20s} {e:+.0%}  {diagnose(fc.record.id)}")
+    if path == DEFAULT:
+        readme_blocks.save("serving_accuracy", results(records, cases, rows))
 
 
 if __name__ == "__main__":

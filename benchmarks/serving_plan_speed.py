@@ -1,6 +1,7 @@
 """Speed of `serve plan` (the issue's bound: llama-3.1-70b on up to 16 h100-sxm-80gb, Poisson
 20 req/s with ShareGPT-like lengths, SLOs P90 TTFT 2 s / P90 TPOT 100 ms: <= 60 s wall on 2
-cores). Run: python benchmarks/serving_plan_speed.py"""
+cores). Saves benchmarks/results/serving_plan_speed.json and rewrites the README block that quotes it.
+Run: python benchmarks/serving_plan_speed.py"""
 
 from __future__ import annotations
 
@@ -12,13 +13,17 @@ from meshplan.serving.plan_report import layout
 from meshplan.serving.plan_search import search
 from meshplan.serving.workload import WorkloadSpec, synthesize
 
+import readme_blocks  # benchmarks/readme_blocks.py
+
+WORKERS = 2
+
 
 def main() -> None:
     start = time.perf_counter()
     model = load_model("llama-3.1-70b")
     unit = synthesize(WorkloadSpec(arrival="poisson", request_rate=1.0, num_requests=800, dataset="sharegpt"), seed=0)
     result = search(model, [Cluster.build("h100-sxm-80gb", 16)], unit, 20.0, Targets(ttft_ms=2000, tpot_ms=100),
-                    max_gpus=16, workers=2)
+                    max_gpus=16, workers=WORKERS)
     wall = time.perf_counter() - start
     print(f"serve plan llama-3.1-70b, <= 16 x h100-sxm-80gb, Poisson 20 req/s ShareGPT-like, "
           f"P90 TTFT 2 s / P90 TPOT 100 ms: {wall:.1f} s wall (2 workers)")
@@ -27,6 +32,10 @@ def main() -> None:
     for i, c in enumerate(result.ranked, 1):
         print(f"  {i}. {layout(c)} x{c.replicas} = {c.gpus} GPUs, capacity {c.capacity.rate * c.replicas:.1f} req/s, "
               f"{c.goodput_per_gpu():.2f} req/s per GPU")
+    readme_blocks.save("serving_plan_speed", {
+        "case": "llama-3.1-70b, up to 16 H100, Poisson 20 req/s ShareGPT-like, P90 TTFT 2 s / TPOT 100 ms, fp8 allowed",
+        "wall_s": wall, "workers": WORKERS, "simulated": result.simulated,
+        "simulations": result.simulations, "pruned": sum(result.pruned.values())})
 
 
 if __name__ == "__main__":

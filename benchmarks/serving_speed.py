@@ -1,6 +1,7 @@
 """Speed of the serving simulator (the issue's bound: 100,000 requests of llama-3.1-8b on one
 h100-sxm-80gb, random 1024 in / 256 out, Poisson at ~80% of capacity, <= 20 s wall on one core).
-Run: python benchmarks/serving_speed.py [--requests N]"""
+With the default request count, saves benchmarks/results/serving_speed.json and rewrites the README
+block that quotes it. Run: python benchmarks/serving_speed.py [--requests N]"""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from meshplan.serving.plan import ServingPlan
 from meshplan.serving.simulate import simulate
 from meshplan.serving.workload import WorkloadSpec, synthesize
 
+import readme_blocks  # benchmarks/readme_blocks.py
+
+DEFAULT_REQUESTS = 100_000
+
 
 def capacity_requests_per_s(model, cluster, plan) -> float:
     """Saturated throughput: an offline run of the same lengths."""
@@ -22,7 +27,7 @@ def capacity_requests_per_s(model, cluster, plan) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--requests", type=int, default=100_000)
+    parser.add_argument("--requests", type=int, default=DEFAULT_REQUESTS)
     args = parser.parse_args()
     model, cluster, plan = load_model("llama-3.1-8b"), Cluster.build("h100-sxm-80gb", 1), ServingPlan()
     rate = 0.8 * capacity_requests_per_s(model, cluster, plan)
@@ -43,6 +48,11 @@ def main() -> None:
           f"engine busy {busy:.0%} of the time; mean running batch {result.log.column('num_seqs').mean():.0f}")
     print(f"  TTFT p50 {m.ttft_ms.p50:.0f} ms p99 {m.ttft_ms.p99:.0f} ms; TPOT p50 {m.tpot_ms.p50:.1f} ms; "
           f"{m.output_tokens_per_s:,.0f} output tok/s")
+    if args.requests == DEFAULT_REQUESTS:
+        readme_blocks.save("serving_speed", {
+            "case": "llama-3.1-8b on one H100, random 1024 in / 256 out, Poisson at 80% of capacity",
+            "requests": args.requests, "iterations": result.iterations,
+            "simulated_s": result.simulated_s, "wall_s": wall})
 
 
 if __name__ == "__main__":

@@ -1,17 +1,26 @@
-"""Accuracy of the step-time model on the calibration records: in-sample, leave-one-source-out,
-and the ten worst records with a diagnosis. Run: python benchmarks/training_accuracy.py [--loso]"""
+"""Accuracy of the step-time model on the calibration records: in-sample tokens/s per GPU (also
+per source), step time and peak memory as `validate` predicts them, the leave-one-source-out
+error `calibrate --loso` stored with the fitted constants (`--loso` recomputes it per source), and
+the ten worst records with a diagnosis. Saves the figures the README quotes to
+benchmarks/results/training_accuracy.json and rewrites its README block.
+Run: python benchmarks/training_accuracy.py [--loso]"""
 
 from __future__ import annotations
 
 import sys
 import time
+from importlib import resources
 from pathlib import Path
+
+import yaml
 
 from meshplan import calibrate as cal
 from meshplan.training.constants import _fitted
 from meshplan.validate.records import load_records
+from meshplan.validate.run import error_stats, training_rows
 
 import diagnoses  # benchmarks/diagnoses.py
+import readme_blocks  # benchmarks/readme_blocks.py
 
 RECORDS = Path(__file__).resolve().parents[1].parent / "shared" / "run-records" / "training-calibration.yaml"
 
@@ -49,9 +58,35 @@ def diagnose(record_id: str) -> str:
     return diagnoses.diagnose(record_id, DIAGNOSES)
 
 
+def _source(case) -> str:
+    return case.record.source.get("name", "?")
+
+
+def stored_loso() -> dict:
+    """The leave-one-source-out summary `calibrate --loso` wrote into fitted_constants.yaml."""
+    text = resources.files("meshplan.training").joinpath("data", "fitted_constants.yaml").read_text()
+    fit = yaml.safe_load(text)["fit"]
+    return {**fit["leave_one_source_out"], "date": str(fit["date"])}
+
+
+def results(records, cases, errs, folds) -> dict:
+    """The figures the README quotes; per source in-sample, or leave-one-source-out with --loso."""
+    by_source = folds or {s: [e for e, c in zip(errs, cases) if _source(c) == s]
+                          for s in sorted({_source(c) for c in cases})}
+    short = {_source(c): c.record.source.get("key") or _source(c) for c in cases}
+    rows = [row for r in records if r.kind == "training"
+            and (r.measured.step_time_s or r.measured.peak_memory_gib) for row in training_rows(r)]
+    return {"tokens_per_s_per_gpu": error_stats(errs), "leave_one_source_out": stored_loso(),
+            "loso_by_source": bool(folds),
+            "by_source": [{"source": short[s], **error_stats(v)} for s, v in by_source.items()],
+            "by_metric": {m: error_stats([r.rel_error for r in rows if r.metric == m])
+                          for m in ("step_time_s", "peak_memory_gib")}}
+
+
 def main() -> None:
     start = time.perf_counter()
-    cases = cal.prepare(load_records(RECORDS))
+    records = load_records(RECORDS)
+    cases = cal.prepare(records)
     table = _fitted()
     errs = cal.errors(cases, table)
     s = cal.summarize(errs)
@@ -64,6 +99,7 @@ def main() -> None:
               f"tp{p.tp} pp{p.pp} vpp{p.vpp} cp{p.cp} ep{p.ep} mbs{p.micro_batch_size}")
         if diagnose(c.record.id):
             print(f"           {diagnose(c.record.id)}")
+    folds = None
     if "--loso" in sys.argv:
         folds = cal.leave_one_source_out(cases, table)
         all_errs = [e for v in folds.values() for e in v]
@@ -72,6 +108,11 @@ def main() -> None:
               f"p90 |err| {s['p90_abs_rel_error']:.1%}")
         for source, v in folds.items():
             print(f"  {cal.summarize(v)['median_abs_rel_error']:6.1%}  n={len(v):3d}  {source[:70]}")
+    data = results(records, cases, errs, folds)
+    for metric, st in data["by_metric"].items():
+        print(f"{metric}: n={st['n']} median |err| {st['median_abs_rel_error']:.1%}, "
+              f"p90 |err| {st['p90_abs_rel_error']:.1%}")
+    readme_blocks.save("training_accuracy", data)
     print(f"({time.perf_counter() - start:.0f} s)")
 
 

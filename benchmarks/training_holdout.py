@@ -1,6 +1,7 @@
 """Generalisation of the step-time model on held-out runs: Megatron-Bridge pre-training rows
 (NeMo 26.02, 25.11, 25.09) that are not in the calibration file, predicted with the shipped
 constants. Prints overall, per-GPU and per-precision error and every record by |error|.
+On the default file, saves the summary the README quotes to benchmarks/results/training_holdout.json.
 Run: python benchmarks/training_holdout.py [RECORDS.yaml]"""
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from meshplan import calibrate as cal
 from meshplan.training.constants import _fitted
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats
+
+import readme_blocks  # benchmarks/readme_blocks.py
 
 HOLDOUT = Path(__file__).resolve().parent / "data" / "megatron-bridge-holdout.yaml"
 
@@ -43,6 +46,8 @@ def main() -> None:
         p = c.plan
         print(f"  {e:+7.1%}  {c.record.id:48s} measured {c.measured:>7g}  tp{p.tp} pp{p.pp} vpp{p.vpp} "
               f"cp{p.cp} ep{p.ep} mbs{p.micro_batch_size}")
+    if path == HOLDOUT:
+        readme_blocks.save("training_holdout", {"records": len(records), "summary": s})
     print(f"({time.perf_counter() - start:.0f} s)")
 
 

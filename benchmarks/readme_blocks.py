@@ -1,0 +1,207 @@
+"""The README's generated blocks: each benchmark saves its figures to benchmarks/results/NAME.json
+and this module rewrites the README text between `<!-- BEGIN GENERATED: block -->` and
+`<!-- END GENERATED: block -->` from those files (`python benchmarks/readme_blocks.py` re-renders
+them all without running a benchmark). tests/test_readme_generated.py re-renders every
+block from the committed files and fails when README.md differs, so a quoted figure is always
+the one a benchmark printed. Rendering is pure formatting: no figure is computed here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+README = HERE.parent / "README.md"
+MARKER = re.compile(r"^(<!-- BEGIN GENERATED: ([\w-]+) -->\n)(.*?)^(<!-- END GENERATED: \2 -->)$", re.S | re.M)
+"""A generated block: its markers stand on lines of their own."""
+
+
+def pct(x: float, digits: int = 1) -> str:
+    """A fraction as a percentage: 0.0549 -> '5.5%'."""
+    return f"{x * 100:.{digits}f}%"
+
+
+def spct(x: float, digits: int = 1) -> str:
+    """A signed fraction as a percentage: -0.006 -> '-0.6%'."""
+    return f"{x * 100:+.{digits}f}%"
+
+
+def med_p90(s: dict) -> str:
+    """'median / p90' of an error_stats dict, as table cells."""
+    return f"{pct(s['median_abs_rel_error'])} | {pct(s['p90_abs_rel_error'])}"
+
+
+def _table(header: list[str], align: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def render_training_accuracy(acc: dict, holdout: dict) -> str:
+    """Accuracy table of the step-time model: in-sample, leave-one-source-out, held out, per metric."""
+    t, loso, m = acc["tokens_per_s_per_gpu"], acc["leave_one_source_out"], acc["by_metric"]
+    rows = [[f"tokens/s per GPU, in-sample ({t['n']} records)", med_p90(t), "8% / 20%"],
+            [f"tokens/s per GPU, leave-one-source-out ({loso['n']})", med_p90(loso), "median 12%"],
+            [f"held out: {holdout['summary']['n']} Megatron-Bridge runs never fitted",
+             med_p90(holdout["summary"]), ""],
+            [f"step time ({m['step_time_s']['n']} records that publish it)", med_p90(m["step_time_s"]), ""],
+            [f"peak memory ({m['peak_memory_gib']['n']} records)", med_p90(m["peak_memory_gib"]), ""]]
+    table = _table(["", "median abs. error", "p90 abs. error", "issue target"],
+                   ["---", "---:", "---:", "---:"], [[r[0], *r[1].split(" | "), r[2]] for r in rows])
+    sources = ", ".join(f"{s['source']} {pct(s['median_abs_rel_error'])} ({s['n']})"
+                        for s in sorted(acc["by_source"], key=lambda s: s["median_abs_rel_error"]))
+    kind = "leave-one-source-out" if acc["loso_by_source"] else "in-sample"
+    return (f"{table}\n\nMedian absolute error per source ({kind}; records in brackets): "
+            f"{sources}. The leave-one-source-out row is what `meshplan calibrate --loso` stored "
+            f"with the fitted constants ({loso['date']}).\n")
+
+
+def render_memory_accuracy(mem: dict) -> str:
+    """Peak memory per published run, measured against predicted."""
+    rows = [[r["label"], f"{r['measured_gib']:.1f}", f"{r['predicted_gib']:.1f}", spct(r["rel_error"])]
+            for r in mem["rows"] if r["measured_gib"] is not None]
+    table = _table(["record", "measured GiB", "predicted GiB", "error"],
+                   ["---", "---:", "---:", "---:"], rows)
+    errs = [abs(r["rel_error"]) for r in mem["rows"] if r["rel_error"] is not None]
+    within = sum(e <= 0.10 for e in errs)
+    ooms = sum(r["measured_oom"] is True for r in mem["rows"])
+    oom_text = (f" Of {ooms} runs reported out of memory, {mem['oom_predicted']} are predicted not to fit."
+                if ooms else "")
+    return (f"{table}\n\nMedian absolute error {pct(mem['median_abs_rel_error'])}; {within} of "
+            f"{len(errs)} within 10%.{oom_text}\n")
+
+
+def render_serving_accuracy(acc: dict) -> str:
+    """Accuracy table of the serving simulator, per GPU and per source."""
+    m, engines = acc["by_metric"], acc["engines"]
+    out, sans = m["output_tokens_per_s"], acc["output_tokens_per_s_without_gh200_tp2"]
+    rows = [[f"output tokens/s, in-sample ({out['n']} values)", med_p90(out), "10% / 25%"],
+            [f"all metrics, in-sample ({acc['all']['n']})", med_p90(acc["all"]), ""],
+            ["all metrics, leave-one-source-out", med_p90(acc["leave_one_source_out"]), ""],
+            [f"TTFT mean ({m['ttft_ms_mean']['n']} values)", med_p90(m["ttft_ms_mean"]), ""],
+            [f"output tokens/s without the GH200 TP2 values ({sans['n']})", med_p90(sans), ""]]
+    table = _table(["", "median abs. error", "p90 abs. error", "issue target"],
+                   ["---", "---:", "---:", "---:"], [[r[0], *r[1].split(" | "), r[2]] for r in rows])
+    gpus = ", ".join(f"{g} {pct(s['median_abs_rel_error'])} / {pct(s['p90_abs_rel_error'])}"
+                     for g, s in sorted(acc["by_gpu"].items(), key=lambda kv: kv[1]["median_abs_rel_error"]))
+    sources = ", ".join(f"{k} {pct(s['median_abs_rel_error'])} / {pct(s['p90_abs_rel_error'])} ({s['n']})"
+                        for k, s in sorted(acc["by_source"].items()))
+    mix = ", ".join(f"{n} {e}" for e, n in sorted(engines.items(), key=lambda kv: -kv[1]))
+    return (f"{acc['simulated']} of {acc['records']} serving records simulated ({mix}).\n\n{table}\n\n"
+            f"Per GPU (median / p90): {gpus}. Per source (median / p90, values): {sources}.\n")
+
+
+def render_plan_search_speed(d: dict) -> str:
+    """One sentence: in-process and CLI time of the benchmark search."""
+    return (f"Speed (`python benchmarks/plan_search_speed.py`): {d['case']}: {d['in_process_s']:.2f} s "
+            f"in-process ({d['candidates']:,} candidates, {d['evaluated']:,} costed, "
+            f"{d['rejected_memory']:,} of them out of memory; about {d['candidates_per_s']:,.0f} "
+            f"candidates/s), {d['cli_s']:.2f} s for the command line with start-up.\n")
+
+
+def render_plan_sanity(d: dict) -> str:
+    """One sentence: the searched plan against published layouts."""
+    return (f"Against published practice (`python benchmarks/plan_sanity.py`): for {d['at_least']} of the "
+            f"{d['total']} training records with a searchable framework and a published layout, the plan "
+            f"meshplan picks (same framework, GPUs, sequence length and batch) predicts at least the "
+            f"throughput of the published layout; the published tp/pp/cp/ep is among the 10 best "
+            f"searched plans for {d['top10']} of them.\n")
+
+
+def render_estimate_speed(d: dict) -> str:
+    """One sentence: time of one step estimate."""
+    return (f"Speed (`python benchmarks/estimate_speed.py`): one estimate of {d['case']} takes "
+            f"{d['median_ms_without_memory']:.2f} ms (median of {d['runs']}), "
+            f"{d['median_ms_with_memory']:.2f} ms with the memory model.\n")
+
+
+def render_serving_speed(d: dict) -> str:
+    """One sentence: simulated seconds and requests per wall second."""
+    return (f"Speed (`python benchmarks/serving_speed.py`): {d['requests']:,} requests ({d['case']}; "
+            f"{d['iterations']:,} iterations, {d['simulated_s']:,.0f} simulated seconds) take "
+            f"{d['wall_s']:.1f} s in one process: about {d['simulated_s'] / d['wall_s']:,.0f} simulated "
+            f"seconds and {d['requests'] / d['wall_s']:,.0f} requests per wall second.\n")
+
+
+def render_serving_plan_speed(d: dict) -> str:
+    """One sentence: wall time and pruning of the benchmark serve plan."""
+    return (f"The benchmark (`python benchmarks/serving_plan_speed.py`: {d['case']}) takes "
+            f"{d['wall_s']:.0f} s with {d['workers']} workers: {d['simulated']} plans simulated "
+            f"({d['simulations']} simulations), {d['pruned']} pruned analytically.\n")
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """A README block: the result files it is rendered from and the scripts that write them."""
+
+    sources: tuple[str, ...]
+    render: Callable[..., str]
+
+    def scripts(self) -> str:
+        return " and ".join(f"`python benchmarks/{s}.py`" for s in self.sources)
+
+
+BLOCKS: dict[str, Block] = {
+    "training_accuracy": Block(("training_accuracy", "training_holdout"), render_training_accuracy),
+    "memory_accuracy": Block(("memory_accuracy",), render_memory_accuracy),
+    "serving_accuracy": Block(("serving_accuracy",), render_serving_accuracy),
+    "plan_search_speed": Block(("plan_search_speed",), render_plan_search_speed),
+    "plan_sanity": Block(("plan_sanity",), render_plan_sanity),
+    "estimate_speed": Block(("estimate_speed",), render_estimate_speed),
+    "serving_speed": Block(("serving_speed",), render_serving_speed),
+    "serving_plan_speed": Block(("serving_plan_speed",), render_serving_plan_speed),
+}
+
+
+def load(name: str, results: Path = RESULTS) -> dict | None:
+    """The committed result file of a benchmark, or None if it was never run."""
+    path = results / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def render(name: str, results: Path = RESULTS) -> str | None:
+    """A block's text from its result files, or None while one of them is missing."""
+    block = BLOCKS[name]
+    data = [load(s, results) for s in block.sources]
+    return None if any(d is None for d in data) else block.render(*data)
+
+
+def rewrite(text: str, results: Path = RESULTS) -> str:
+    """README text with every known block re-rendered (blocks without results are kept)."""
+    def sub(m: re.Match) -> str:
+        name = m.group(2)
+        body = render(name, results) if name in BLOCKS else None
+        return m.group(0) if body is None else f"{m.group(1)}{body}{m.group(4)}"
+    return MARKER.sub(sub, text)
+
+
+def blocks_in(text: str) -> dict[str, str]:
+    """Name -> current body of every generated block in a README text."""
+    return {m.group(2): m.group(3) for m in MARKER.finditer(text)}
+
+
+def save(name: str, data: dict, readme: Path = README) -> None:
+    """Write a benchmark's result file and re-render the README blocks that use it."""
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    text = readme.read_text()
+    new = rewrite(text)
+    if new != text:
+        readme.write_text(new)
+    print(f"wrote benchmarks/results/{name}.json and the README blocks that quote it")
+
+
+def main() -> None:
+    """Re-render every README block from the committed result files (no benchmark is run)."""
+    text = README.read_text()
+    new = rewrite(text)
+    README.write_text(new)
+    print("README blocks " + ("rewritten" if new != text else "already current"))
+
+
+if __name__ == "__main__":
+    main()
