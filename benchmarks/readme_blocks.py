@@ -31,9 +31,9 @@ def spct(x: float, digits: int = 1) -> str:
     return f"{x * 100:+.{digits}f}%"
 
 
-def med_p90(s: dict) -> str:
-    """'median / p90' of an error_stats dict, as table cells."""
-    return f"{pct(s['median_abs_rel_error'])} | {pct(s['p90_abs_rel_error'])}"
+def med_p90(s: dict) -> list[str]:
+    """The median and p90 of an error_stats dict, as two table cells."""
+    return [pct(s["median_abs_rel_error"]), pct(s["p90_abs_rel_error"])]
 
 
 def _table(header: list[str], align: list[str], rows: list[list[str]]) -> str:
@@ -41,17 +41,20 @@ def _table(header: list[str], align: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
+ACCURACY_HEADER = ["", "median abs. error", "p90 abs. error", "issue target"]
+ACCURACY_ALIGN = ["---", "---:", "---:", "---:"]
+
+
 def render_training_accuracy(acc: dict, holdout: dict) -> str:
     """Accuracy table of the step-time model: in-sample, leave-one-source-out, held out, per metric."""
     t, loso, m = acc["tokens_per_s_per_gpu"], acc["leave_one_source_out"], acc["by_metric"]
-    rows = [[f"tokens/s per GPU, in-sample ({t['n']} records)", med_p90(t), "8% / 20%"],
-            [f"tokens/s per GPU, leave-one-source-out ({loso['n']})", med_p90(loso), "median 12%"],
+    rows = [[f"tokens/s per GPU, in-sample ({t['n']} records)", *med_p90(t), "8% / 20%"],
+            [f"tokens/s per GPU, leave-one-source-out ({loso['n']})", *med_p90(loso), "median 12%"],
             [f"held out: {holdout['summary']['n']} Megatron-Bridge runs never fitted",
-             med_p90(holdout["summary"]), ""],
-            [f"step time ({m['step_time_s']['n']} records that publish it)", med_p90(m["step_time_s"]), ""],
-            [f"peak memory ({m['peak_memory_gib']['n']} records)", med_p90(m["peak_memory_gib"]), ""]]
-    table = _table(["", "median abs. error", "p90 abs. error", "issue target"],
-                   ["---", "---:", "---:", "---:"], [[r[0], *r[1].split(" | "), r[2]] for r in rows])
+             *med_p90(holdout["summary"]), ""],
+            [f"step time ({m['step_time_s']['n']} records that publish it)", *med_p90(m["step_time_s"]), ""],
+            [f"peak memory ({m['peak_memory_gib']['n']} records)", *med_p90(m["peak_memory_gib"]), ""]]
+    table = _table(ACCURACY_HEADER, ACCURACY_ALIGN, rows)
     sources = ", ".join(f"{s['source']} {pct(s['median_abs_rel_error'])} ({s['n']})"
                         for s in sorted(acc["by_source"], key=lambda s: s["median_abs_rel_error"]))
     kind = "leave-one-source-out" if acc["loso_by_source"] else "in-sample"
@@ -79,13 +82,12 @@ def render_serving_accuracy(acc: dict) -> str:
     """Accuracy table of the serving simulator, per GPU and per source."""
     m, engines = acc["by_metric"], acc["engines"]
     out, sans = m["output_tokens_per_s"], acc["output_tokens_per_s_without_gh200_tp2"]
-    rows = [[f"output tokens/s, in-sample ({out['n']} values)", med_p90(out), "10% / 25%"],
-            [f"all metrics, in-sample ({acc['all']['n']})", med_p90(acc["all"]), ""],
-            ["all metrics, leave-one-source-out", med_p90(acc["leave_one_source_out"]), ""],
-            [f"TTFT mean ({m['ttft_ms_mean']['n']} values)", med_p90(m["ttft_ms_mean"]), ""],
-            [f"output tokens/s without the GH200 TP2 values ({sans['n']})", med_p90(sans), ""]]
-    table = _table(["", "median abs. error", "p90 abs. error", "issue target"],
-                   ["---", "---:", "---:", "---:"], [[r[0], *r[1].split(" | "), r[2]] for r in rows])
+    rows = [[f"output tokens/s, in-sample ({out['n']} values)", *med_p90(out), "10% / 25%"],
+            [f"all metrics, in-sample ({acc['all']['n']})", *med_p90(acc["all"]), ""],
+            ["all metrics, leave-one-source-out", *med_p90(acc["leave_one_source_out"]), ""],
+            [f"TTFT mean ({m['ttft_ms_mean']['n']} values)", *med_p90(m["ttft_ms_mean"]), ""],
+            [f"output tokens/s without the GH200 TP2 values ({sans['n']})", *med_p90(sans), ""]]
+    table = _table(ACCURACY_HEADER, ACCURACY_ALIGN, rows)
     gpus = ", ".join(f"{g} {pct(s['median_abs_rel_error'])} / {pct(s['p90_abs_rel_error'])}"
                      for g, s in sorted(acc["by_gpu"].items(), key=lambda kv: kv[1]["median_abs_rel_error"]))
     sources = ", ".join(f"{k} {pct(s['median_abs_rel_error'])} / {pct(s['p90_abs_rel_error'])} ({s['n']})"
