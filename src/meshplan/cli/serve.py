@@ -139,6 +139,8 @@ def simulate_cmd(
         burstiness=burstiness, concurrency=concurrency, num_requests=num_requests, dataset=dataset,
         input_len=input_len, output_len=output_len, range_ratio=range_ratio,
         shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns)
+    if not slo_percentile <= 100:
+        raise ConfigError(f"--slo-percentile {slo_percentile!r}: give a share of requests in (0, 100]")
     slo = None
     if any(v is not None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)):
         slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2e_ms=slo_e2e_ms)
@@ -161,8 +163,6 @@ def slo_verdict(result: SimulationResult, slo: SLO | None, percentile: float) ->
     """Share of completed requests meeting every objective, and whether it reaches `percentile`."""
     if slo is None:
         return None
-    if not 0 < percentile <= 100:
-        raise ConfigError(f"--slo-percentile {percentile!r}: give a share of requests in (0, 100]")
     m = result.metrics
     attainment = (m.goodput_requests_per_s or 0.0) / m.requests_per_s if m.requests_per_s else 0.0
     return {"attainment": attainment, "percentile": percentile,

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import typer
-import yaml
 from rich import box
 from rich.table import Table
 

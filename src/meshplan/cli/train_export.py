@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-import yaml
 
 from meshplan.cli.common import user_errors
 from meshplan.errors import ConfigError
@@ -16,6 +15,10 @@ from meshplan.model import load_model
 from meshplan.training import resolve_plan
 from meshplan.training.capabilities import EXPORT_TARGETS
 from meshplan.cli.train import build_plan
+
+
+_ALIASES = {"megatron": ("nemo",)}
+"""Frameworks whose plans an export target runs as they are (NeMo runs Megatron-Core)."""
 
 
 def read_plan_file(path: Path, index: int = 1) -> dict:
@@ -51,10 +54,6 @@ def export_command(
         fields["framework"] = EXPORT_TARGETS[target]  # re-target: the target's kernels and defaults
     resolved = resolve_plan(build_plan(**fields), spec, cluster)
     typer.echo(export_plan(target, spec, cluster, resolved).rstrip("\n"))
-
-
-_ALIASES = {"megatron": ("nemo",)}
-"""Frameworks whose plans an export target runs as they are (NeMo runs Megatron-Core)."""
 
 
 def register(app: typer.Typer) -> None:

@@ -133,18 +133,11 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
     for done, plan in enumerate(plans):
         if progress is not None and done % 64 == 0:
             progress(done, len(plans))
-        try:
-            resolved = resolve_plan(plan, model, cluster)
-        except ConfigError as exc:
+        resolved = _launchable(plan, model, cluster)
+        if isinstance(resolved, str):
             invalid += 1
             if len(reasons) < 3:
-                reasons[str(exc)] = None
-            continue
-        cannot = problems(base.framework, resolved)
-        if cannot:  # the framework could not launch it: never rank it
-            invalid += 1
-            if len(reasons) < 3:
-                reasons[cannot[0]] = None
+                reasons[resolved] = None
             continue
         key = _identity(resolved)
         if key in seen:
@@ -166,6 +159,17 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
     return SearchResult(ranked, evaluated, invalid, no_memory, time.perf_counter() - start,
                         objective, scores, closest=tuple(too_big) if not ranked else (),
                         invalid_reasons=tuple(reasons))
+
+
+def _launchable(plan: TrainingPlan, model: ModelSpec, cluster: Cluster):
+    """The resolved plan, or why it is invalid: a layout that does not divide, or a field the
+    framework could not launch (such a plan is never ranked)."""
+    try:
+        resolved = resolve_plan(plan, model, cluster)
+    except ConfigError as exc:
+        return str(exc)
+    cannot = problems(plan.framework, resolved)
+    return cannot[0] if cannot else resolved
 
 
 def _with_memory(est: StepEstimate, memory) -> StepEstimate:
