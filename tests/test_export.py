@@ -5,6 +5,7 @@ Regenerate the golden files with MESHPLAN_UPDATE_GOLDEN=1 python -m pytest tests
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from meshplan import Cluster, load_model
 from meshplan.errors import ConfigError, UnknownNameError
 from meshplan.export import EXPORTERS, deepspeed, export_plan, megatron, torchtitan
 from meshplan.training import TrainingPlan, resolve_plan
+from meshplan.training.capabilities import problems
 
 GOLDEN = Path(__file__).parent / "golden" / "export"
 EXTENSION = {"megatron": "sh", "torchtitan": "toml", "deepspeed": "json"}
@@ -189,6 +191,12 @@ UNEXPRESSIBLE = [
     ("deepspeed", "llama8b_fsdp", dict(precision="fp8")),
     ("deepspeed", "llama8b_fsdp", dict(recompute="selective")),
     ("deepspeed", "llama8b_fsdp", dict(dp_sharding="optimizer", offload_optimizer=True)),
+    ("deepspeed", "llama8b_fsdp", dict(offload_activations=True, recompute="none")),
+    ("megatron", "llama70b_3d", dict(rank_order="pp-dp-cp-ep-tp")),
+    ("megatron", "llama70b_3d", dict(sequence_parallel=False, tp_comm_overlap=True)),
+    ("megatron", "llama8b_fsdp", dict(optimizer="sgd")),
+    ("torchtitan", "llama8b_fsdp", dict(offload_activations=True)),
+    ("torchtitan", "llama8b_fsdp", dict(dp_sharding="none", offload_optimizer=True)),
 ]
 
 
@@ -196,6 +204,25 @@ UNEXPRESSIBLE = [
 def test_unexpressible_plans_raise(target: str, name: str, overrides: dict) -> None:
     with pytest.raises(ConfigError):
         export_plan(target, *build(name, **overrides))
+
+
+@pytest.mark.parametrize(("target", "name", "overrides"), UNEXPRESSIBLE)
+def test_the_capability_table_not_the_exporter_rejects(target: str, name: str, overrides: dict) -> None:
+    """The search skips what problems() lists, so every exporter refusal must come from it."""
+    model, _, plan = build(name, **overrides)
+    assert problems(target, plan, model)
+
+
+def test_model_code_rules_live_in_the_table() -> None:
+    model, _, plan = build("llama8b_fsdp")
+    layers = tuple(dataclasses.replace(layer, attention=dataclasses.replace(layer.attention,
+                                                                            qk_norm="full_width"))
+                   for layer in model.layers)
+    full = dataclasses.replace(model, layers=layers)
+    assert any("qk_norm='full_width'" in p for p in problems("megatron", plan, full))
+    assert not problems("torchtitan", plan, full)
+    with pytest.raises(ConfigError, match="qk_norm='full_width'"):
+        export_plan("megatron", full, build("llama8b_fsdp")[1], plan)
 
 
 def test_unknown_target() -> None:

@@ -146,8 +146,6 @@ def test_disaggregated_pools(engine):
 BAD = {
     "unknown engine": ((*SMALL, "--engine", "tgi"), ("--engine", "tgi", "vllm")),
     "tp 0": ((*SMALL, "--tp", "0"), ("--tp", "0", "greater than or equal to 1")),
-    "model does not fit": (("serve", "simulate", "--model", "llama-3.1-70b", "--gpu", "l40s-48gb",
-                            "--num-requests", "10"), ("llama-3.1-70b", "does not fit", "l40s-48gb")),
     "rate and concurrency": ((*SMALL, "--request-rate", "20", "--concurrency", "4"),
                              ("--request-rate", "--concurrency")),
     "speculation without acceptance": ((*SMALL, "--speculative-tokens", "2"),
@@ -168,6 +166,19 @@ def test_bad_input_exits_2_with_one_clear_line(case):
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "Traceback" not in result.stderr and "{" not in result.stderr
     for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+@pytest.mark.parametrize("command", ["simulate", "sweep"])
+def test_a_deployment_that_does_not_fit_is_an_answer_with_exit_1(command):
+    """Not bad input: the pinned layout is valid, it just does not fit (train memory also exits 1)."""
+    extra = ("--rates", "1") if command == "sweep" else ()
+    result = run("serve", command, "--model", "llama-3.1-70b", "--gpu", "l40s-48gb",
+                 "--num-requests", "10", *extra)
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    for word in ("llama-3.1-70b", "does not fit", "l40s-48gb", "raise tp/pp"):
         assert word in lines[0], (word, lines[0])
 
 

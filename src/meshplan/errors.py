@@ -14,6 +14,11 @@ class ConfigError(MeshplanError):
     """A model config, plan or workload that cannot be used as given."""
 
 
+class DoesNotFitError(ConfigError):
+    """A well-formed deployment that does not fit in GPU memory: an answer, not bad input, so the
+    CLI prints it and exits with code 1 (like `train memory` on a plan that does not fit)."""
+
+
 class UnknownNameError(MeshplanError):
     """A catalog name that does not exist; the message lists the closest known names."""
 

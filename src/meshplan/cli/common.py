@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from meshplan.errors import ConfigError, MeshplanError
+from meshplan.errors import ConfigError, DoesNotFitError, MeshplanError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,6 +55,10 @@ def user_errors(func: F) -> F:
         try:
             check_numbers(kwargs)
             return func(*args, **kwargs)
+        except DoesNotFitError as exc:  # an answer (exit 1), not bad input
+            err_console.print(f"[bold red]{escape(str(exc))}[/]", highlight=False,
+                              soft_wrap=True)
+            raise typer.Exit(code=EXIT_NOT_MET) from None
         except MeshplanError as exc:
             _fail(str(exc))
         except OSError as exc:  # an output or input path of the user's: missing, a directory, denied

@@ -7,18 +7,13 @@ from pathlib import Path
 import typer
 
 from meshplan.cli.common import user_errors
-from meshplan.errors import ConfigError
-from meshplan.userfiles import parse_yaml, read_text
-from meshplan.export import export_plan
+from meshplan.cli.train import build_plan
+from meshplan.errors import ConfigError, UnknownNameError
+from meshplan.export import EXPORTERS, export_plan
+from meshplan.export.retarget import retarget
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
-from meshplan.training import resolve_plan
-from meshplan.training.capabilities import EXPORT_TARGETS
-from meshplan.cli.train import build_plan
-
-
-_ALIASES = {"megatron": ("nemo",)}
-"""Frameworks whose plans an export target runs as they are (NeMo runs Megatron-Core)."""
+from meshplan.userfiles import parse_yaml, read_text
 
 
 def read_plan_file(path: Path, index: int = 1) -> dict:
@@ -49,10 +44,11 @@ def export_command(
     data = read_plan_file(plan, index)
     spec = load_model(data["model"])
     cluster = Cluster.build(**data["hardware"])
-    fields = dict(data["plan"])
-    if target in EXPORT_TARGETS and fields.get("framework") not in (None, target, *_ALIASES.get(target, ())):
-        fields["framework"] = EXPORT_TARGETS[target]  # re-target: the target's kernels and defaults
-    resolved = resolve_plan(build_plan(**fields), spec, cluster)
+    if target not in EXPORTERS:
+        raise UnknownNameError("export target", target, EXPORTERS)
+    resolved, notes = retarget(build_plan(**data["plan"]), target, spec, cluster)
+    for note in notes:
+        typer.echo(f"re-targeted {note}", err=True)
     typer.echo(export_plan(target, spec, cluster, resolved).rstrip("\n"))
 
 

@@ -31,5 +31,5 @@ def export_plan(target: str, model: ModelSpec, cluster: Cluster, plan: ResolvedP
     """The config text of `plan` for the engine `target` (a key of EXPORTERS)."""
     if target not in EXPORTERS:
         raise UnknownNameError("export target", target, EXPORTERS)
-    check(EXPORT_TARGETS[target], plan)  # every field the engine has no equivalent for, at once
+    check(EXPORT_TARGETS[target], plan, model)  # every field the engine has no equivalent for, at once
     return EXPORTERS[target](model, cluster, plan)

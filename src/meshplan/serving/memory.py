@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from meshplan.errors import ConfigError
+from meshplan.errors import DoesNotFitError
 from meshplan.hardware import GPUSpec
 from meshplan.model import counts
 from meshplan.model.spec import LayerSpec, ModelSpec, MoEMLP
@@ -155,7 +155,7 @@ def serving_memory(model: ModelSpec, gpu: GPUSpec, plan: ServingPlan, *, utiliza
     layout = kv_layout(model, plan)
     blocks = int(kv_bytes // (layout.bytes_per_token * block_size)) if kv_bytes > 0 else 0
     if blocks <= 0:
-        raise ConfigError(
+        raise DoesNotFitError(
             f"{model.name} does not fit on {gpu.name} with tp={plan.tp} pp={plan.pp} "
             f"({plan.weights_dtype} weights): weights {weights / GIB:.1f} GiB + activations "
             f"{act / GIB:.1f} GiB + runtime {RUNTIME_RESERVED_BYTES / GIB:.1f} GiB leave no KV cache "

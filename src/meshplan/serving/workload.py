@@ -24,6 +24,15 @@ Arrival = Literal["offline", "poisson", "gamma", "concurrency"]
 Dataset = Literal["fixed", "random", "sharegpt", "normal", "lognormal"]
 
 
+MAX_REQUESTS = 1_000_000
+"""Most requests one workload may hold: a simulation costs ~50 us per request (a million take
+about a minute), so larger counts would look like a hang; sample a trace window instead."""
+MAX_TOKENS = 2**22
+"""Longest prompt, output or shared prefix (4,194,304 tokens), above every model's context."""
+MAX_TURNS = 1000
+"""Most turns per multi-turn session."""
+
+
 class WorkloadSpec(BaseModel):
     """A synthetic workload: how requests arrive, how long they are, what prompts they share.
 
@@ -39,17 +48,17 @@ class WorkloadSpec(BaseModel):
     """Mean requests per second (poisson and gamma arrivals)."""
     burstiness: float = Field(1.0, gt=0, allow_inf_nan=False)
     """Gamma shape of inter-arrival times (vLLM --burstiness): < 1 burstier, 1 = Poisson."""
-    concurrency: int | None = Field(None, ge=1)
+    concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
     """Clients of the closed loop (arrival=concurrency), like vLLM --max-concurrency."""
-    num_requests: int = Field(1000, ge=1)
+    num_requests: int = Field(1000, ge=1, le=MAX_REQUESTS)
     """Requests in the workload (all turns of all sessions)."""
     dataset: Dataset = "random"
     """Length distribution: fixed, random (vLLM's uniform range), sharegpt (ShareGPT-like
     table, serving/data/sharegpt_lengths.yaml), normal, lognormal."""
-    input_len: int = Field(1024, ge=1)
+    input_len: int = Field(1024, ge=1, le=MAX_TOKENS)
     """Prompt tokens of each request's own text (after any shared prefix): the fixed value,
     the centre of `random` or the mean of normal/lognormal."""
-    output_len: int = Field(128, ge=1)
+    output_len: int = Field(128, ge=1, le=MAX_TOKENS)
     """Output tokens: the fixed value, the centre of `random` or the mean of normal/lognormal."""
     range_ratio: float = Field(0.0, ge=0, lt=1)
     """`random` draws from [floor(L(1-r)), ceil(L(1+r))] (vLLM --random-range-ratio)."""
@@ -57,14 +66,14 @@ class WorkloadSpec(BaseModel):
     """Standard deviation of prompt lengths (normal, lognormal), tokens."""
     output_std: float | None = Field(None, ge=0, allow_inf_nan=False)
     """Standard deviation of output lengths (normal, lognormal), tokens."""
-    max_len: int = Field(4096, ge=2)
+    max_len: int = Field(4096, ge=2, le=MAX_TOKENS)
     """sharegpt: longest prompt + output (longer pairs are redrawn); normal/lognormal: longest
     single length (clipped)."""
-    shared_prefix_len: int = Field(0, ge=0)
+    shared_prefix_len: int = Field(0, ge=0, le=MAX_TOKENS)
     """Tokens of a system prompt put before every request's own prompt; 0: none."""
-    num_prefixes: int = Field(1, ge=1)
+    num_prefixes: int = Field(1, ge=1, le=MAX_REQUESTS)
     """Distinct system prompts; each session picks one uniformly."""
-    turns: int = Field(1, ge=1)
+    turns: int = Field(1, ge=1, le=MAX_TURNS)
     """Requests per session; turn k+1's prompt = turn k's prompt + its output + new input."""
     think_time_s: float = Field(0.0, ge=0, allow_inf_nan=False)
     """Seconds between the arrivals of consecutive turns of a session."""
@@ -303,6 +312,9 @@ def from_trace(rows: Iterable[TraceRow], *, hash_block_tokens: int = 16, descrip
     t0 = ordered[0].arrival_s + start_s
     end = math.inf if duration_s is None else t0 + duration_s
     kept = [r for r in ordered if t0 <= r.arrival_s < end][:max_requests]
+    if len(kept) > MAX_REQUESTS:
+        raise ConfigError(f"{description or 'trace'}: {len(kept):,} requests to replay; the limit "
+                          f"is {MAX_REQUESTS:,} (set max_requests / --num-requests or a duration)")
     if not kept:
         raise ConfigError(f"{description or 'trace'}: no request in the window start_s={start_s}, "
                           f"duration_s={duration_s} (the trace spans "

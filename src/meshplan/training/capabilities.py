@@ -39,6 +39,22 @@ class Capability:
     fsdp_mesh: bool = False
     """torchtitan's device mesh: DDP only without tp/pp/cp, expert parallelism borrowed from the
     FSDP x CP ranks (cp <= ep <= shard group), experts sharded with the TP degree (etp = tp)."""
+    hybrid_shard: tuple[str, ...] = ()
+    """Sharding values that may shard over fewer than all dp x cp ranks (dp_shard_size)."""
+    offload_with: tuple[str, ...] = ()
+    """Sharding values that optimizer offload can be combined with."""
+    offload_activations_with: tuple[str, ...] = ()
+    """Recompute policies that activation offload can be combined with (empty: no such flag)."""
+    optimizers: tuple[str, ...] = ("adamw", "adam")
+    """Optimizers the exporter writes."""
+    rank_orders: tuple[str, ...] | None = None
+    """Rank layouts it can be told to use (None: it has one and meshplan does not vary it)."""
+    tp_overlap_needs_sp: bool = False
+    """TP communication overlap requires sequence parallelism."""
+    qk_norms: tuple[str, ...] | None = None
+    """Query/key normalisations its model code has (None: the model comes from elsewhere)."""
+    gated_activations: tuple[str, ...] | None = None
+    """Activations of gated MLPs its model code has (None: any)."""
 
 
 MEGATRON = Capability(
@@ -46,10 +62,17 @@ MEGATRON = Capability(
     recompute=("none", "selective", "full"), partial_recompute=True,
     schedules={"1f1b": "any", "interleaved": "looped"},
     parallel=("tp", "pp", "cp", "ep"), precisions=("bf16", "fp16", "fp8", "fp4", "fp32"),
-    offload_optimizer=(False,), search_dp_sharding=("optimizer",))
+    offload_optimizer=(False,), search_dp_sharding=("optimizer",),
+    hybrid_shard=("optimizer",), offload_with=("none", "optimizer", "gradients", "full"),
+    rank_orders=("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"), tp_overlap_needs_sp=True,
+    qk_norms=("none", "per_head"), gated_activations=("silu", "swish"))
 """Megatron-LM (arguments.py): DDP, distributed optimizer, Megatron-FSDP; 1F1B and interleaved
 1F1B (--num-virtual-stages-per-pipeline-rank); uneven splits via --pipeline-model-parallel-layout;
---recompute-granularity/--recompute-num-layers; --optimizer-cpu-offload."""
+--recompute-granularity/--recompute-num-layers; --optimizer-cpu-offload; hybrid sharding only
+for the distributed optimizer (--num-distributed-optimizer-instances); --tp-comm-overlap asserts
+--sequence-parallel; ranks ordered tp-cp-ep-dp-pp or, with --use-tp-pp-dp-mapping, tp-cp-ep-pp-dp;
+--qk-layernorm (per head) and --swiglu are the only qk norm and gated MLP; --optimizer adam only
+is written (decoupled weight decay); --cpu-offloading-num-layers is not whole-input offload."""
 
 CAPABILITIES: dict[str, Capability] = {
     "megatron": MEGATRON,
@@ -59,16 +82,21 @@ CAPABILITIES: dict[str, Capability] = {
         recompute=("none", "selective", "full"), partial_recompute=False,
         schedules={"gpipe": "flat", "1f1b": "flat", "interleaved": "looped"},
         parallel=("tp", "pp", "cp", "ep"), precisions=("bf16", "fp8", "fp32"),
-        offload_optimizer=(False,), search_dp_sharding=("full",), fsdp_mesh=True),
+        offload_optimizer=(False,), search_dp_sharding=("full",), fsdp_mesh=True,
+        hybrid_shard=("gradients", "full"), offload_with=("gradients", "full")),
     "deepspeed": Capability(
         exporter="deepspeed", dp_sharding=("none", "optimizer", "gradients", "full"),
         recompute=("none", "full"), partial_recompute=False, schedules={},
         parallel=(), precisions=("bf16", "fp16", "fp32"), offload_optimizer=(False, True),
-        search_dp_sharding=("optimizer", "gradients", "full")),
+        search_dp_sharding=("optimizer", "gradients", "full"), hybrid_shard=("full",),
+        offload_with=("gradients", "full"), offload_activations_with=("full",)),
 }
 """torchtitan (job_config.py): FSDP2 (reshard or not after forward) or 1-D DDP; GPipe, 1F1B,
-Interleaved1F1B (torch.distributed.pipelining); no partial recompute. DeepSpeed (config JSON):
-ZeRO 0-3 with optimizer offload for stages 2-3; data parallelism only."""
+Interleaved1F1B (torch.distributed.pipelining); no partial recompute; HSDP (replicate x shard,
+the shard degree a multiple of cp); FSDP CPU offload (enable_cpu_offload); no activation-offload
+key. DeepSpeed (config JSON): ZeRO 0-3 with optimizer offload for stages 2-3; MiCS
+(mics_shard_size) for hybrid ZeRO-3; cpu_checkpointing offloads what activation_checkpointing
+saves, so it needs full recompute; data parallelism only."""
 EXPORT_TARGETS = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 """`train export --target` -> the framework a plan is re-targeted to."""
 GENERIC = Capability(
@@ -85,8 +113,9 @@ def capability(framework: str) -> Capability | None:
     return CAPABILITIES.get(framework)
 
 
-def problems(framework: str, plan) -> list[str]:
-    """Every field of resolved `plan` that `framework` cannot express, with what would be valid."""
+def problems(framework: str, plan, model=None) -> list[str]:
+    """Every field of resolved `plan` (and of `model`, when given) that `framework` cannot
+    express, with what would be valid."""
     cap = capability(framework)
     if cap is None:
         return []
@@ -106,6 +135,57 @@ def problems(framework: str, plan) -> list[str]:
         out += _schedule_problems(framework, cap, plan.schedule, plan.vpp)
     if cap.fsdp_mesh:
         out += _mesh_problems(plan)
+    out += _option_problems(framework, cap, plan)
+    if model is not None:
+        out += _model_problems(framework, cap, model)
+    return out
+
+
+def _option_problems(framework: str, cap: Capability, plan) -> list[str]:
+    """Sharding groups, offload, optimizer, rank order and overlap rules."""
+    out = []
+    if plan.shard_group != plan.dp * plan.cp and plan.dp_sharding != "none" \
+            and plan.dp_sharding not in cap.hybrid_shard:
+        ok = ", ".join(cap.hybrid_shard) or "no sharding"
+        out.append(f"dp_shard_size={plan.shard_group} with dp_sharding={plan.dp_sharding!r}: "
+                   f"{framework} shards over fewer than all dp x cp = {plan.dp * plan.cp} ranks "
+                   f"only with {ok}")
+    if plan.offload_optimizer and plan.dp_sharding not in cap.offload_with:
+        out.append(f"offload_optimizer with dp_sharding={plan.dp_sharding!r}: {framework} "
+                   f"offloads the optimizer with {', '.join(cap.offload_with) or 'no sharding'}")
+    if plan.offload_activations and plan.recompute not in cap.offload_activations_with:
+        out.append(f"offload_activations with recompute={plan.recompute!r}: "
+                   + (f"{framework} offloads activations only with recompute "
+                      f"{', '.join(cap.offload_activations_with)}" if cap.offload_activations_with
+                      else f"{framework} has no flag for it; turn it off"))
+    if plan.optimizer not in cap.optimizers:
+        out.append(f"optimizer={plan.optimizer!r}: the {framework} export writes "
+                   f"{', '.join(cap.optimizers)}")
+    if cap.rank_orders is not None and plan.rank_order not in cap.rank_orders:
+        out.append(f"rank_order={plan.rank_order!r}: {framework} lays ranks out as "
+                   f"{' or '.join(cap.rank_orders)}")
+    if cap.tp_overlap_needs_sp and plan.tp_comm_overlap and not plan.sequence_parallel:
+        out.append(f"tp_comm_overlap without sequence_parallel: {framework}'s overlap needs "
+                   f"sequence parallelism; turn both on or overlap off")
+    return out
+
+
+def _model_problems(framework: str, cap: Capability, model) -> list[str]:
+    """Model features the framework's model code cannot build."""
+    from meshplan.model.spec import DenseMLP, MoEMLP
+
+    out = []
+    attn = model.layers[0].attention
+    if cap.qk_norms is not None and attn.qk_norm not in cap.qk_norms:
+        out.append(f"{model.name} uses qk_norm={attn.qk_norm!r}: {framework}'s model code has "
+                   f"{', '.join(cap.qk_norms)}")
+    mlps = [layer.mlp for layer in model.layers]
+    shape = next((m for m in mlps if isinstance(m, DenseMLP)), None) or next(
+        (m.expert for m in mlps if isinstance(m, MoEMLP)), None)
+    if cap.gated_activations is not None and shape is not None and shape.gated \
+            and shape.activation not in cap.gated_activations:
+        out.append(f"{model.name} gates its MLP with {shape.activation!r}: {framework}'s gated MLP "
+                   f"is {', '.join(cap.gated_activations)} (SwiGLU)")
     return out
 
 
@@ -114,6 +194,9 @@ def _mesh_problems(plan) -> list[str]:
     out = []
     if plan.dp_sharding == "none" and plan.tp * plan.pp * plan.cp > 1:
         out.append("dp_sharding='none': torchtitan's DDP is 1-D only (no tp, pp or cp); use 'full'")
+    if plan.dp_sharding != "none" and plan.shard_group % plan.cp:
+        out.append(f"dp_shard_size={plan.shard_group}: torchtitan's FSDP mesh is shard degree x cp, "
+                   f"so it must be a multiple of cp={plan.cp}")
     shard = plan.shard_group if plan.dp_sharding != "none" else plan.cp
     if plan.ep > 1 and not plan.cp <= plan.ep <= shard:
         out.append(f"ep={plan.ep}: torchtitan takes EP from the FSDP x CP ranks: "
@@ -133,9 +216,9 @@ def _schedule_problems(framework: str, cap: Capability, schedule: str, vpp: int)
     return []
 
 
-def check(framework: str, plan) -> None:
-    """Raise one ConfigError listing every problem of `plan` for `framework`."""
-    found = problems(framework, plan)
+def check(framework: str, plan, model=None) -> None:
+    """Raise one ConfigError listing every problem of `plan` (and `model`) for `framework`."""
+    found = problems(framework, plan, model)
     if found:
         raise ConfigError(f"{framework} cannot launch this plan: " + "; ".join(found))
 

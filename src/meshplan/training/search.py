@@ -168,7 +168,7 @@ def _launchable(plan: TrainingPlan, model: ModelSpec, cluster: Cluster):
         resolved = resolve_plan(plan, model, cluster)
     except ConfigError as exc:
         return str(exc)
-    cannot = problems(plan.framework, resolved)
+    cannot = problems(plan.framework, resolved, model)
     return cannot[0] if cannot else resolved
 
 
