@@ -197,3 +197,59 @@ def test_one_call_is_fast() -> None:
     for _ in range(2000):
         collective_time("all_reduce", 1e8, group, cluster)
     assert (time.perf_counter() - start) / 2000 < 50e-6
+
+
+# ---------------------------------------------------------------- small messages (protocols)
+
+KIB = 2**10
+
+
+def b200_one_node_times() -> list[tuple[float, float]]:
+    """allreduce-busbw-aws-p6-b200-1node: (payload bytes, measured seconds per call) up to 2 MiB."""
+    records = {r["id"]: r for r in yaml.safe_load(MICROBENCH.read_text())["records"]}
+    rows = records["allreduce-busbw-aws-p6-b200-1node"]["measured"]["busbw_GBps_by_payload"]
+    unit = {"KiB": KIB, "MiB": MIB}
+    out = []
+    for label, bw in rows:
+        if label[-3:] in unit and float(label[:-3]) * unit[label[-3:]] <= 2 * MIB:
+            size = float(label[:-3]) * unit[label[-3:]]
+            out.append((size, size * 2 * 7 / 8 / (bw * GB)))
+    return out
+
+
+def test_a_64kib_all_reduce_is_priced_by_latency() -> None:
+    """8 NVLink GPUs: NCCL's LL ring, 6.6 us + 14 hops x 0.6 us (tuning.cc), the payload adding
+    at most 15% (A100's slower NVLink); the Simple ring's 14 fitted steps alone would be ~55 us
+    on B200."""
+    for gpu in ("h100-sxm-80gb", "b200-180gb", "a100-sxm-80gb"):
+        group, cluster = whole(gpu, 8)
+        seconds = collective_time("all_reduce", 64 * KIB, group, cluster)
+        assert 15.0e-6 <= seconds <= 15.0e-6 * 1.15, (gpu, seconds)
+        assert collective_time("all_reduce", 1 * KIB, group, cluster) == pytest.approx(15.0e-6, rel=0.01)
+
+
+def test_small_message_curve_has_the_measured_shape() -> None:
+    """allreduce-busbw-aws-p6-b200-1node from 32 KiB to 2 MiB: all_reduce_bench times each call
+    from Python (torch.distributed plus a device sync), a fixed host cost on top of NCCL's. So
+    the model must stay below every point, and measured - model must be one offset: its spread
+    over the 7 sizes within +-25% of its mean, 20-40 us, the size of a Python-level call."""
+    group, cluster = whole("b200-180gb", 8)
+    offsets = []
+    for size, measured in b200_one_node_times():
+        model = collective_time("all_reduce", size, group, cluster)
+        assert model < measured, (size, model, measured)
+        offsets.append(measured - model)
+    mean = sum(offsets) / len(offsets)
+    assert len(offsets) == 7 and 15e-6 < mean < 45e-6
+    assert max(abs(o - mean) for o in offsets) <= 0.25 * mean, [round(o * 1e6, 1) for o in offsets]
+
+
+def test_large_messages_and_network_rings_keep_the_simple_protocol() -> None:
+    group, cluster = whole("b200-180gb", 8)
+    ring_only = dataclasses.replace(load_constants("b200-180gb"), nvls_allreduce_efficiency=0.0)
+    big = collective_time("all_reduce", GIB, group, cluster, ring_only)
+    simple = 2 * 7 * ring_only.latency_intra_s + 2 * 7 / 8 * GIB * (1 + ring_only.half_bandwidth_bytes / GIB) / (
+        cluster.scale_up_bandwidth_bytes_per_s_per_direction * ring_only.scale_up_efficiency)
+    assert big == pytest.approx(simple, rel=1e-9)
+    nodes, multi = whole("b200-180gb", 32)  # AWS EFA record: Simple, ~370 us plateau
+    assert collective_time("all_reduce", 512 * KIB, nodes, multi) == pytest.approx(357.7e-6, rel=0.25)

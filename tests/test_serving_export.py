@@ -33,7 +33,7 @@ VLLM_FLAGS = {
     "--kv-cache-dtype", "--block-size", "--gpu-memory-utilization", "--enable-prefix-caching",
     "--no-enable-prefix-caching", "--max-num-batched-tokens", "--max-num-seqs",
     "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--speculative-config",
-    "--kv-transfer-config",
+    "--kv-transfer-config", "--enforce-eager",
 }
 # tests/v1/kv_connector/nixl_integration/toy_proxy_server.py, as used in
 # docs/features/nixl_connector_usage.md (vLLM v0.11 docs).
@@ -56,7 +56,7 @@ SGLANG_FLAGS = {
     "--max-prefill-tokens", "--page-size", "--disable-radix-cache", "--speculative-algorithm",
     "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
     "--speculative-num-draft-tokens", "--disaggregation-mode", "--disaggregation-transfer-backend",
-    "--disaggregation-bootstrap-port",
+    "--disaggregation-bootstrap-port", "--disable-cuda-graph",
 }
 # sgl-router/py_src/sglang_router/router_args.py @ 083d601378d0baaef6191e7f2d40fb70d06518af.
 SGLANG_ROUTER_FLAGS = {"--worker-urls", "--policy", "--pd-disaggregation", "--prefill",

@@ -92,6 +92,8 @@ def simulate_cmd(
     chunked_prefill: bool = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", help=_help("chunked_prefill")),
     speculative_tokens: int = typer.Option(0, help=_help("speculative_tokens")),
     acceptance_rate: float = typer.Option(None, help=_help("acceptance_rate")),
+    speculative_method: str = typer.Option("eagle", help=_help("speculative_method")),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help=_help("enforce_eager")),
     prefill_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the prefill pool."),
     decode_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the decode pool."),
     prefill_tp: int = typer.Option(None, help="Disaggregated: TP of each prefill instance."),
@@ -130,6 +132,7 @@ def simulate_cmd(
         max_num_batched_tokens=max_num_batched_tokens, gpu_memory_utilization=gpu_memory_utilization,
         prefix_caching=prefix_caching, chunked_prefill=chunked_prefill,
         speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
+        speculative_method=speculative_method, enforce_eager=enforce_eager,
         prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp)
     spec_model = load_model(model)
     cluster = opt.build_cluster(gpu, num_gpus or plan.num_gpus, gpus_per_node, None, inter_node_gbps_per_gpu, None)

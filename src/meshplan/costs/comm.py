@@ -36,6 +36,10 @@ tuning model (src/graph/tuning.cc) has the same form.
   saturation(S) = S / (S + half_bandwidth_bytes), S the message size above (NCCL ramps its
     channels and protocols with the message). A per-rank-step chunk S/n would make this term
     exactly steps x half_bandwidth_bytes / bandwidth, a copy of the latency term.
+  protocols: that is NCCL's Simple protocol; inside a node its LL and LL128 protocols
+    (PROTOCOLS, from NCCL's own tuning model) have far lower per-step latency and lower
+    bandwidth, and the fastest of the three is taken, so small messages are priced by latency
+    as NCCL runs them (see _low_latency for why rings across the network stay Simple).
   all_to_all: every rank sends S/n to each peer at once; the peers in its domain over the
     scale-up links, the peers outside its unit over its NIC share; the busier link class sets
     the time; latency: one intra-node step per peer, plus one network latency.
@@ -85,6 +89,18 @@ class CommConstants:
     """Message size (bytes, as size_bytes) at which bandwidth reaches half its asymptote."""
     pcie_efficiency: float
     """Achievable ring bus bandwidth / PCIe link peak (GPUs whose scale-up link is PCIe)."""
+
+
+PROTOCOLS: dict[str, dict[str, Any]] = {
+    "ll": {"base_s": 6.6e-6, "hop_s": {"nvlink": 0.6e-6, "pcie": 1.0e-6}, "bandwidth_share": 0.25},
+    "ll128": {"base_s": 14.0e-6, "hop_s": {"nvlink": 1.9e-6, "pcie": 2.5e-6}, "bandwidth_share": 0.92},
+}
+"""NCCL's low-latency ring protocols inside a node, from its own cost model (src/graph/tuning.cc,
+NCCL 2.18+: baseLat and the NVLink/PCI hwLat of Ring/LL and Ring/LL128; LL's bus bandwidth x 1/4
+for all-reduce (8-byte stores carrying 4 data bytes and a 4-byte flag), LL128's x 0.92 (120 data
+bytes per 128-byte line)). NCCL picks the fastest protocol per call; for small messages that is
+LL (a 64 KiB all-reduce over 8 NVLink GPUs: ~16 us instead of 14 Simple steps). The Simple
+protocol is the fitted ring."""
 
 
 @functools.cache
@@ -194,10 +210,12 @@ def _all_to_all(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants)
 def _ring(
     rounds: int, per_rank: float, s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
 ) -> float:
-    """A ring of `rounds` passes of n-1 steps moving `per_rank` bytes out of every rank."""
+    """A ring of `rounds` passes of n-1 steps moving `per_rank` bytes out of every rank, in the
+    fastest of NCCL's three protocols (see `_low_latency`)."""
     n = g.size
     units, unit_ranks = _network_units(g, cluster)
-    latency = rounds * ((n - units) * c.latency_intra_s + (units - 1) * c.latency_inter_s)
+    intra_steps, inter_steps = rounds * (n - units), rounds * (units - 1)
+    latency = intra_steps * c.latency_intra_s + inter_steps * c.latency_inter_s
     rate = math.inf
     if g.ranks_per_domain > 1:
         rate = _scale_up_rate(g.ranks_per_domain, cluster, c)
@@ -205,7 +223,30 @@ def _ring(
         rate = min(rate, g.ranks_per_domain * _host_rate(cluster, c))
     if units > 1:  # the unit's boundary traffic is spread over its members' NIC shares
         rate = min(rate, unit_ranks * _nic_rate(g, cluster, c))
-    return latency + per_rank * (1.0 + c.half_bandwidth_bytes / s) / rate
+    simple = latency + per_rank * (1.0 + c.half_bandwidth_bytes / s) / rate
+    if units > 1:
+        return simple
+    return min(simple, _low_latency(intra_steps, per_rank, rate, g, cluster))
+
+
+def _low_latency(steps: int, per_rank: float, rate: float, g: GroupPlacement,
+                 cluster: Cluster) -> float:
+    """The ring inside one node or NVLink domain in NCCL's LL or LL128 protocol, whichever is
+    faster: flags travel with the data, so a step costs a fraction of a Simple step's latency
+    but a line carries less payload (see PROTOCOLS). LL128 needs NVLink end to end.
+
+    Across the network the Simple ring stays: the only multi-node small-message record
+    (allreduce-busbw-aws-p6-b200-4nodes, AWS EFA) plateaus at ~370 us from 256 KiB to 2 MiB,
+    as the fitted Simple latencies give, where LL would predict under 130 us; the EFA plugin
+    (aws-ofi-nccl) runs NCCL with the Simple protocol, LL needing ordered 8-byte writes."""
+    pcie = cluster.gpu.scale_up_link.startswith("pcie") or g.domains > g.nodes
+    best = math.inf
+    for name, proto in PROTOCOLS.items():
+        if name == "ll128" and pcie:
+            continue
+        latency = proto["base_s"] + steps * proto["hop_s"]["pcie" if pcie else "nvlink"]
+        best = min(best, latency + per_rank / (rate * proto["bandwidth_share"]))
+    return best
 
 
 def _network_units(g: GroupPlacement, cluster: Cluster) -> tuple[int, int]:

@@ -132,6 +132,10 @@ class ModelSpec:
     """Rotary base frequency, when rotary encodings are used."""
     rope_scaling: dict | None = field(default=None, compare=False, hash=False)
     """Rotary scaling parameters as in the config (type, factor, ...)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules the checkpoint carries beside the causal LM (DeepSeek-V3's
+    `num_nextn_predict_layers`): a decoder layer each, usable as a speculative drafter. Not part
+    of the causal LM's parameters (transformers drops them)."""
 
     @property
     def num_layers(self) -> int:

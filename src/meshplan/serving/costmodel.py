@@ -24,12 +24,13 @@ from meshplan.costs.comm import collective_time, p2p_time
 from meshplan.costs.constants import constants_for
 from meshplan.costs.ops import attention_time, gemm_time, memory_time
 from meshplan.costs.placement import group_placement
+from meshplan.costs.routing import distinct_experts
 from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.serving.constants import EngineConstants
+from meshplan.serving.graphs import GraphPolicy
 from meshplan.serving.memory import KVLayout, stage_layers, weight_bits
 from meshplan.serving.plan import ServingPlan
-
 
 ROOFLINE_ORDER = 2.0
 """GEMMs of serving batches sit near the roofline's ridge (tens to hundreds of rows), where
@@ -53,8 +54,10 @@ class IterationCost:
     """Seconds of one iteration of a replica as a function of the batch it runs."""
 
     def __init__(self, model: ModelSpec, cluster: Cluster, plan: ServingPlan, kv: KVLayout,
-                 engine: EngineConstants):
+                 engine: EngineConstants, graphs: GraphPolicy | None = None):
         self.model, self.cluster, self.plan, self.kv, self.k = model, cluster, plan, kv, engine
+        self.graphs = graphs
+        """When iterations replay a CUDA graph (None: always, no host floor)."""
         self.c = replace(constants_for(cluster.gpu), hbm_efficiency=engine.weight_read_efficiency)
         g = engine.grouped_gemm_efficiency
         self.c_experts = replace(self.c, gemm_efficiency=self.c.gemm_efficiency * g,
@@ -89,6 +92,7 @@ class IterationCost:
         `decode_seqs` decode over `decode_ctx` cached tokens in total, and `prefill_tokens`
         prompt tokens whose causal (query, key) pairs number `prefill_pairs`."""
         pp = self.plan.pp
+        eager = self.graphs is not None and not self.graphs.graphed(tokens, seqs, prefill_tokens)
         if pp > 1:
             tokens, decode_seqs = math.ceil(tokens / pp), decode_seqs / pp
             decode_ctx, prefill_tokens = decode_ctx / pp, prefill_tokens / pp
@@ -99,12 +103,15 @@ class IterationCost:
         stage += self.num_layers * self.k.layer_s
         if pp > 1:
             stage += p2p_time(tokens * self.model.hidden_size * 2.0, False, self.cluster)
+        if eager:  # the GPU waits on the host's launches when its kernels are shorter
+            stage = max(stage, self.graphs.host_floor_s)
         return pp * (stage + self.k.iteration_s + self.k.per_seq_s * seqs / pp)
 
     def batch(self, calls: np.ndarray) -> np.ndarray:
         """Seconds of many iterations at once: `calls` has one row of `__call__`'s arguments
         per iteration (vectorised; the token-dependent parts are evaluated once per size)."""
         t, seqs, dec, ctx, pre, pairs, rows = (calls[:, i] for i in range(7))
+        eager = self._eager(t, seqs, pre)
         pp = self.plan.pp
         if pp > 1:
             t, rows = np.ceil(t / pp), np.ceil(rows / pp)
@@ -117,7 +124,20 @@ class IterationCost:
         stage += np.where(pre > 0, pflops * self.attn_unit, 0.0) + self.num_layers * self.k.layer_s
         if pp > 1:
             stage += _per_value(lambda n: p2p_time(n * self.model.hidden_size * 2.0, False, self.cluster), t)
+        if eager is not None:
+            stage = np.where(eager, np.maximum(stage, self.graphs.host_floor_s), stage)
         return pp * (stage + self.k.iteration_s + self.k.per_seq_s * seqs / pp)
+
+    def _eager(self, tokens: np.ndarray, seqs: np.ndarray, prefill: np.ndarray) -> np.ndarray | None:
+        """Which of many iterations run without a graph (None: all replay one)."""
+        g = self.graphs
+        if g is None:
+            return None
+        if g.scope == "tokens":
+            return tokens > g.max_batch
+        if g.scope == "decode":
+            return (prefill > 0) | (seqs > g.max_batch)
+        return np.ones(tokens.shape, dtype=bool)
 
     def linear(self, tokens: int) -> float:
         """GEMMs, memory-bound kernels and collectives of the stage's layers for `tokens` rows."""
@@ -196,8 +216,14 @@ class IterationCost:
         return 2 * (collective_time("all_to_all", size, self.ep_group, self.cluster) + self.k.collective_s)
 
     def draft(self, rows: int) -> float:
-        """One draft-token proposal for `rows` requests: an EAGLE/MTP-style head costs about
-        one decoder layer plus the LM head."""
+        """One draft-token proposal for `rows` requests: an EAGLE head is about one decoder layer
+        (the first's shape) plus the LM head; an MTP module is one decoder layer like the last
+        (an MoE layer for DeepSeek-V3, reading only the experts its tokens reach), the projection
+        of [hidden state, next embedding] (2h -> h) and the shared LM head."""
+        if self.plan.mtp_drafts:
+            h = self.model.hidden_size
+            layer = self.model.layers[-1]
+            return self._layer(layer, rows) + self._gemm(rows, h, 2 * h) + self.head(rows) + self.k.layer_s
         layer = next(iter(self.layers))
         return self._layer(layer, rows) + self.head(rows) + self.k.layer_s
 
@@ -224,16 +250,6 @@ class IterationCost:
             return 0.0
         flops = pairs * self.full_flops_per_pair + min(pairs, tokens * self.window) * self.win_flops_per_pair
         return flops * self.attn_unit
-
-
-def distinct_experts(tokens: float, top_k: int, experts: int) -> float:
-    """Expected number of distinct experts `tokens` tokens reach when each picks `top_k` of
-    `experts` without replacement, routing uniform and independent across tokens: an expert is
-    missed by one token with probability 1 - k/E, so E (1 - (1 - k/E)^t) (not t k: a batch
-    reuses experts; all E once t k >> E)."""
-    if tokens <= 0:
-        return 0.0
-    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
 def moe_traffic_bytes(hidden: int, intermediate: float, gated: bool, arriving: float, routed: float) -> float:

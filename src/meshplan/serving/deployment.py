@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from meshplan.errors import ConfigError
@@ -10,9 +11,10 @@ from meshplan.model.spec import ModelSpec
 from meshplan.serving.constants import EngineConstants, constants_key, engine_constants
 from meshplan.serving.costmodel import IterationCost
 from meshplan.serving.defaults import EngineDefaults, engine_defaults
+from meshplan.serving.graphs import graph_policy
 from meshplan.serving.iterations import IterationLog
 from meshplan.serving.kvcache import BlockPool
-from meshplan.serving.memory import ServingMemory, kv_layout, serving_memory, weight_bytes_per_gpu
+from meshplan.serving.memory import ServingMemory, kv_layout, serving_memory, stage_layers, weight_bytes_per_gpu
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.replica import Replica
 from meshplan.serving.scheduler import SchedulerConfig, expected_tokens_per_step
@@ -94,6 +96,9 @@ def _pool(role: str, replicas: int, model: ModelSpec, cluster: Cluster, plan: Se
 def resolve_pools(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload) -> list[Pool]:
     """The pools of a deployment (one colocated pool, or prefill + decode), checked to fit."""
     offline = workload.concurrency is None and all(r.arrival_s == 0 for r in workload.requests)
+    if plan.mtp_drafts and not model.mtp_layers:
+        raise ConfigError(f"speculative_method='mtp': {model.name} has no multi-token-prediction "
+                          f"module (its config has no num_nextn_predict_layers); use 'eagle'")
     if plan.num_gpus > cluster.num_gpus:
         raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but the cluster has {cluster.num_gpus}; "
                           f"raise --num-gpus or lower tp/pp/dp/replicas")
@@ -117,8 +122,11 @@ def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Wor
                   scale_up_domain=cluster.scale_up_domain,
                   inter_node_bandwidth_bytes_per_s_per_gpu=cluster.inter_node_bandwidth_bytes_per_s_per_gpu,
                   power_limit_w=cluster.power_limit_w)
-    engine = engine or engine_constants(constants_key(plan.engine, plan.engine_version))
-    cost = IterationCost(model, sub, plan, mem.kv, engine)
+    key = constants_key(plan.engine, plan.engine_version)
+    engine = engine or engine_constants(key)
+    stage = Counter(stage_layers(model, plan.pp))
+    graphs = graph_policy(key, pool.defaults.cuda_graph_max_batch, stage, plan.tp, plan.ep, plan.enforce_eager)
+    cost = IterationCost(model, sub, plan, mem.kv, engine, graphs)
     window = -(-int(mem.kv.windowed_bytes_per_request) // int(mem.kv.bytes_per_token * mem.block_size))
     caching = pool.defaults.prefix_caching if plan.prefix_caching is None else plan.prefix_caching
     return [Replica(first_index + i, pool.scheduler,

@@ -56,6 +56,10 @@ def weight_bytes_per_gpu(model: ModelSpec, plan: ServingPlan) -> float:
         lp = counts.layer_params(layer, model)
         dense = lp.total - lp.routed_experts
         total += dense / plan.tp * bits / 8 + lp.routed_experts / expert_shards(plan) * bits / 8
+    if plan.mtp_drafts:  # one more decoder layer like the last, and its 2h -> h projection
+        lp = counts.layer_params(model.layers[-1], model)
+        dense = lp.total - lp.routed_experts + 2 * model.hidden_size ** 2
+        total += dense / plan.tp * bits / 8 + lp.routed_experts / expert_shards(plan) * bits / 8
     embed = model.params_embedding + model.params_lm_head
     return total + 2.0 * embed / plan.tp
 

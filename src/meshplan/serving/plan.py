@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+SpeculativeMethod = Literal["eagle", "mtp"]
 Engine = Literal["vllm", "sglang", "tensorrt-llm"]
 WeightsDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 KVDtype = Literal["auto", "bf16", "fp16", "fp8"]
@@ -80,14 +81,26 @@ class ServingPlan(BaseModel):
     """Draft tokens proposed per step (speculative decoding); 0: off."""
     acceptance_rate: float | None = Field(None, ge=0, lt=1)
     """Probability each draft token is accepted; required with speculative_tokens."""
+    speculative_method: SpeculativeMethod = "eagle"
+    """Drafter: "eagle" (a one-layer EAGLE-3 head trained for the model) or "mtp" (the model's
+    own multi-token-prediction module, DeepSeek-V3's MTP: one of its decoder layers plus a
+    projection of the hidden state and the next token's embedding)."""
     disaggregated: Disaggregation | None = None
     """Separate prefill and decode pools; None: prefill and decode share each replica."""
+    enforce_eager: bool = False
+    """Run every iteration eagerly, without CUDA graphs (vLLM --enforce-eager, SGLang
+    --disable-cuda-graph): small batches then wait on the host's kernel launches."""
 
     @model_validator(mode="after")
     def _check(self) -> "ServingPlan":
         if self.speculative_tokens and self.acceptance_rate is None:
             raise ValueError("speculative_tokens needs acceptance_rate (the probability a draft token is accepted)")
         return self
+
+    @property
+    def mtp_drafts(self) -> bool:
+        """Speculative decoding with the model's own MTP module (its weights join the replica)."""
+        return self.speculative_tokens > 0 and self.speculative_method == "mtp"
 
     @property
     def gpus_per_replica(self) -> int:

@@ -6,14 +6,20 @@ from dataclasses import dataclass, replace
 
 from meshplan.costs.comm import CommConstants, load_constants
 from meshplan.costs.constants import constants_for, gpu_ceiling
-from meshplan.costs.ops import ComputeConstants, attention_time, clock_factor, gemm_time, memory_time
+from meshplan.costs.ops import (
+    ComputeConstants,
+    attention_time,
+    clock_factor,
+    gemm_time,
+    memory_time,
+)
 from meshplan.hardware import Cluster, GPUSpec
 from meshplan.model.spec import ModelSpec
 from meshplan.training.constants import TrainingConstants, training_constants
 from meshplan.training.groups import PlanGroups, plan_groups
+from meshplan.training.kernels import profile_for
 from meshplan.training.plan import QUANTIZED
 from meshplan.training.resolve import ResolvedPlan
-
 
 VENDOR_ATTENTION = ("megatron", "nemo", "maxtext")
 """Frameworks whose attention runs Transformer Engine / XLA-tuned kernels rather than FA2."""
@@ -38,6 +44,8 @@ class CostContext:
     gemm_dtype: str
     full_recompute_share: float
     """Share of each chunk's layers that full recompute re-runs."""
+    kernel_profile: str = "pytorch-eager"
+    """How the framework launches a layer's ops (training/kernels.py): its host floor."""
 
     def gemm(self, m: float, n: float, k: float) -> float:
         """Seconds for one GEMM of the plan's precision (scaled by the fitted compute scale)."""
@@ -104,4 +112,5 @@ def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster,
         tokens=plan.micro_batch_size * plan.seq_len / plan.cp,
         act_width=4.0 if plan.precision == "fp32" else 2.0,
         gemm_dtype=_gemm_dtype(plan, cluster), full_recompute_share=_recompute_share(model, plan),
+        kernel_profile=profile_for(plan.framework)[0],
     )

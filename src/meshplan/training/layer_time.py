@@ -14,9 +14,11 @@ from dataclasses import dataclass
 
 from meshplan.costs.comm import collective_time
 from meshplan.costs.ops import attention_flops
+from meshplan.costs.routing import distinct_experts
 from meshplan.model.counts import mean_visible_keys
 from meshplan.model.spec import DenseMLP, LayerSpec, MoEMLP
 from meshplan.training.context import CostContext
+from meshplan.training.kernels import layer_host_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +56,21 @@ def _gemms(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
     dense = qkv + out + g(t, mlp.num_experts, h)
     if mlp.shared is not None:
         dense += _mlp_gemms(ctx, mlp.shared, t, p.tp)
-    local = mlp.num_experts / p.ep
-    rows = t * mlp.top_k * p.etp / p.tp * imbalance(ctx) / local
-    experts = local * _mlp_gemms(ctx, mlp.expert, rows, p.etp)
+    touched = touched_experts(ctx, mlp)
+    rows = t * mlp.top_k * p.etp / p.tp * imbalance(ctx) / touched
+    experts = touched * _mlp_gemms(ctx, mlp.expert, rows, p.etp)
     return dense, experts
+
+
+def touched_experts(ctx: CostContext, mlp: MoEMLP) -> float:
+    """Experts of this EP rank that some token of the micro-batch reaches (each reads its weights
+    and runs its GEMMs once): the local share of those the EP group's tokens touch. All of them
+    for pretraining micro-batches; fewer for a few short sequences over many experts."""
+    p = ctx.plan
+    group_tokens = ctx.tokens * p.ep * p.etp / p.tp
+    local = mlp.num_experts / p.ep
+    return max(min(local, 1.0), local / mlp.num_experts
+               * distinct_experts(group_tokens, mlp.top_k, mlp.num_experts))
 
 
 def imbalance(ctx: CostContext) -> float:
@@ -178,7 +191,11 @@ def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
     grad_gemm = 2 * (dense + experts)
     backward = grad_gemm + attn_backward + 2 * mem
     backward += 2 * (tp_exposed + ep + cp_exposed)
-    backward += _recompute(ctx, forward, attn)
+    host_forward, host_backward = layer_host_s(ctx.kernel_profile, ctx.model, layer, p.tp,
+                                               p.sequence_parallel, p.ep)
+    backward = max(backward, host_backward)  # the GPU waits on launches of short kernels
+    backward += _recompute(ctx, max(forward, host_forward), attn)
+    forward = max(forward, host_forward)
     return LayerTime(forward, backward, grad_gemm / 2, 3 * tp, tp_exposed * 3, 3 * ep,
                      3 * cp_exposed)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
+from meshplan.training.kernels import profile_for
 from meshplan.training.plan import TrainingPlan
 
 DEFAULT_SHARDING = {"megatron": "optimizer", "nemo": "optimizer", "deepspeed": "optimizer",
@@ -315,6 +316,9 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
     sharding = plan.dp_sharding or DEFAULT_SHARDING.get(plan.framework, "none")
     if plan.dp_sharding is None:
         chosen["dp_sharding"] = f"{sharding} ({plan.framework}'s usual choice)"
+    _, fallback = profile_for(plan.framework)
+    if fallback:
+        chosen["kernel_profile"] = fallback
     shard_group = plan.dp_shard_size or dp * plan.cp
     if (dp * plan.cp) % shard_group:
         raise PlanError(f"dp_shard_size={shard_group} must divide dp={dp} x cp={plan.cp}")

@@ -181,6 +181,9 @@ def plan_lines(model: str, plan: ServingPlan, instances: list[Instance], engine:
 
 def speculative_lines(plan: ServingPlan, method: str) -> list[str]:
     """Comment and variable lines that make the user choose the drafter."""
+    if plan.mtp_drafts:
+        return ["", f"# Speculative decoding: the model's own MTP module drafts {plan.speculative_tokens} "
+                f"tokens per step, each accepted with p={plan.acceptance_rate:g} (the plan's assumption)."]
     return ["", f"# Speculative decoding: the plan drafts {plan.speculative_tokens} tokens per step, each "
             f"accepted with p={plan.acceptance_rate:g}.",
             "# The drafter is a choice the plan does not make, and it sets the real acceptance rate.",

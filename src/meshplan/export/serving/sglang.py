@@ -105,6 +105,8 @@ def _knob_flags(plan: ServingPlan) -> tuple[Flags, list[str]]:
                      "unlike vLLM's gpu_memory_utilization.")
     if plan.prefix_caching is False:
         flags.append(("--disable-radix-cache", None))
+    if plan.enforce_eager:
+        flags.append(("--disable-cuda-graph", None))
     if plan.block_size is not None:
         flags.append(("--page-size", plan.block_size))
     if plan.scheduler_policy is not None:
@@ -117,6 +119,10 @@ def _speculative_flags(plan: ServingPlan) -> Flags:
     k = plan.speculative_tokens
     if not k:
         return []
+    steps: Flags = [("--speculative-num-steps", k), ("--speculative-eagle-topk", 1),
+                    ("--speculative-num-draft-tokens", k + 1)]
+    if plan.mtp_drafts:  # the drafter is the checkpoint's own MTP module: no draft path
+        return [("--speculative-algorithm", "NEXTN"), *steps]
     return [("--speculative-algorithm", SPECULATIVE_ALGORITHM),
             ("--speculative-draft-model-path", Raw(f'"${{{DRAFT_VARIABLE}}}"')),
             ("--speculative-num-steps", k), ("--speculative-eagle-topk", 1),

@@ -97,6 +97,8 @@ def _knob_flags(plan: ServingPlan) -> Flags:
     if plan.prefix_caching is not None:
         flags.append(("--enable-prefix-caching" if plan.prefix_caching
                       else "--no-enable-prefix-caching", None))
+    if plan.enforce_eager:
+        flags.append(("--enforce-eager", None))
     if plan.block_size is not None:
         if plan.block_size not in BLOCK_SIZES:
             raise ConfigError(f"block_size={plan.block_size}: vLLM's --block-size takes "
@@ -108,8 +110,11 @@ def _knob_flags(plan: ServingPlan) -> Flags:
 def _speculative_flags(plan: ServingPlan) -> Flags:
     if not plan.speculative_tokens:
         return []
-    config = {"method": SPECULATIVE_METHOD, "model": f"${{{DRAFT_VARIABLE}}}",
-              "num_speculative_tokens": plan.speculative_tokens}
+    if plan.mtp_drafts:  # the checkpoint's own MTP module drafts: no separate model
+        config = {"method": "mtp", "num_speculative_tokens": plan.speculative_tokens}
+    else:
+        config = {"method": SPECULATIVE_METHOD, "model": f"${{{DRAFT_VARIABLE}}}",
+                  "num_speculative_tokens": plan.speculative_tokens}
     return [("--speculative-config", double_quoted(json.dumps(config)))]
 
 

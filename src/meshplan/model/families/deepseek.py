@@ -60,4 +60,5 @@ def parse_deepseek(view: ConfigView, name: str) -> ModelSpec:
     rule = is_moe_layer(view)
     layers = [LayerSpec(attention=attention, mlp=moe if rule(i) else dense)
               for i in range(num_layers(view))]
-    return build_model(view, name=name, family=family, layers=layers)
+    mtp = view.int("num_nextn_predict_layers", default=0, minimum=0)
+    return build_model(view, name=name, family=family, layers=layers, mtp_layers=mtp)
