@@ -136,6 +136,13 @@ def render_serving_plan_speed(d: dict) -> str:
             f"({d['simulations']} simulations), {d['pruned']} pruned analytically.\n")
 
 
+def render_startup_speed(d: dict) -> str:
+    """One sentence: wall time of fresh processes."""
+    cases = ", ".join(f"`{name}` {seconds:.2f} s" for name, seconds in d["median_wall_s"].items())
+    return (f"Start-up (`python benchmarks/startup_speed.py`, median wall time of {d['runs']} fresh "
+            f"processes): {cases}.\n")
+
+
 @dataclass(frozen=True, slots=True)
 class Block:
     """A README block: the result files it is rendered from and the scripts that write them."""
@@ -156,6 +163,7 @@ BLOCKS: dict[str, Block] = {
     "estimate_speed": Block(("estimate_speed",), render_estimate_speed),
     "serving_speed": Block(("serving_speed",), render_serving_speed),
     "serving_plan_speed": Block(("serving_plan_speed",), render_serving_plan_speed),
+    "startup_speed": Block(("startup_speed",), render_startup_speed),
 }
 
 

@@ -1,26 +1,21 @@
-"""The root typer application; each command family lives in its own module and registers here."""
+"""The root typer application. Its commands live in their own modules and are imported on first
+use (meshplan.cli.lazy), so a help page or a catalog listing starts without the heavy stacks."""
 
 from __future__ import annotations
 
 import typer
 
+from meshplan.cli.lazy import LazyGroup
+
 app = typer.Typer(
     name="meshplan",
-    help="Predict and plan LLM training runs and serving deployments on GPU clusters.",
+    cls=LazyGroup,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
 
-def _register() -> None:
-    from meshplan.cli import (
-        calibrate, cluster, gpus, models, serve, serve_plan, train, train_export, train_plan, validate,
-    )
-
-    for module in (models, gpus, cluster, train, train_plan, train_export, serve, serve_plan, validate,
-                   calibrate):
-        module.register(app)
-
-
-_register()
+@app.callback()
+def root() -> None:
+    """Predict and plan LLM training runs and serving deployments on GPU clusters."""

@@ -23,9 +23,10 @@ def calibrate(
     max_nfev: int = typer.Option(100, help="Model evaluations the least-squares fit may use."),
     quiet: bool = QUIET,
 ) -> None:
-    """Fit the step-time constants on training records (least squares on log error of tokens/s
-    per GPU) or the serving engine constants on serving records (log error of every measured
-    metric); writes them with their fit record (date, inputs, in-sample and LOSO errors)."""
+    """Fit the step-time constants on training records or the serving engine constants on serving
+    records. Least squares on the log error of tokens/s per GPU (training) or of every measured
+    metric (serving); writes them with their fit record (date, inputs, in-sample and LOSO
+    errors) to --out."""
     records = [r for path in files for r in load_records(path)]
     if not records:
         raise ConfigError("the files hold no records to fit on")

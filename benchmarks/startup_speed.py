@@ -1,0 +1,46 @@
+"""Start-up speed of the command line (the speed issue's bounds: `meshplan --help` <= 0.3 s,
+`meshplan train estimate ...` <= 0.6 s wall): the median wall time of fresh processes. Saves
+benchmarks/results/startup_speed.json and rewrites the README block that quotes it.
+Run: python benchmarks/startup_speed.py"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+
+import readme_blocks  # benchmarks/readme_blocks.py
+
+RUNS = 9
+CASES = {
+    "import meshplan": [sys.executable, "-c", "import meshplan"],
+    "meshplan --help": [sys.executable, "-m", "meshplan", "--help"],
+    "meshplan gpus list": [sys.executable, "-m", "meshplan", "gpus", "list"],
+    "meshplan train estimate (llama-3.1-8b on 8 H100, full recompute)": [
+        sys.executable, "-m", "meshplan", "train", "estimate", "--model", "llama-3.1-8b", "--gpu",
+        "h100-sxm-80gb", "--num-gpus", "8", "--global-batch-size", "64", "--seq-len", "8192",
+        "--recompute", "full"],
+}
+
+
+def wall(argv: list[str]) -> float:
+    """Median wall seconds of RUNS fresh processes (one warm-up run first: disk cache)."""
+    subprocess.run(argv, check=True, capture_output=True)
+    runs = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True)
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def main() -> None:
+    results = {name: wall(argv) for name, argv in CASES.items()}
+    for name, seconds in results.items():
+        print(f"{name}: {seconds:.3f} s")
+    readme_blocks.save("startup_speed", {"runs": RUNS, "median_wall_s": results})
+
+
+if __name__ == "__main__":
+    main()

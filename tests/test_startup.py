@@ -1,0 +1,67 @@
+"""Start-up: `import meshplan` and the CLI's help and catalog pages import only what they use
+(meshplan.cli.lazy, the package's PEP 562 `__getattr__`). Checked in a fresh interpreter: the
+modules loaded, not the time (timing lives in benchmarks/startup_speed.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from meshplan.cli.lazy import COMMANDS, load
+
+PROBE = """
+import json, sys
+{body}
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+HEAVY = ("scipy", "numpy", "pydantic", "meshplan.serving", "meshplan.training", "meshplan.validate",
+         "meshplan.calibrate", "meshplan.export", "torch")
+
+
+def modules_after(body: str) -> set[str]:
+    """The modules a fresh interpreter holds after running `body`."""
+    done = subprocess.run([sys.executable, "-c", PROBE.format(body=body)], capture_output=True,
+                          text=True, check=True)
+    return set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def cli(*argv: str) -> str:
+    args = ", ".join(repr(a) for a in argv)
+    return ("from meshplan.cli import main\n"
+            "try:\n"
+            f"    main([{args}])\n"
+            "except SystemExit:\n"
+            "    pass")
+
+
+def loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in prefixes or m.startswith(prefixes))
+
+
+def test_import_meshplan_loads_only_the_package_and_its_errors():
+    modules = modules_after("import meshplan")
+    assert {m for m in modules if m.startswith("meshplan")} == {"meshplan", "meshplan.errors"}
+    assert not loaded(modules, HEAVY)
+
+
+def test_help_page_imports_no_command():
+    modules = modules_after(cli("--help"))
+    assert not loaded(modules, HEAVY + ("meshplan.hardware", "meshplan.model"))
+    assert not [m for m in modules if m.startswith("meshplan.cli.") and m not in
+                ("meshplan.cli.app", "meshplan.cli.lazy")]
+
+
+def test_catalog_listing_imports_no_numerics():
+    modules = modules_after(cli("gpus", "list"))
+    assert not loaded(modules, ("scipy", "numpy", "meshplan.serving", "meshplan.training",
+                                "meshplan.validate", "meshplan.calibrate"))
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_the_root_page_help_is_the_commands_own(name):
+    """The short help stored for the root page must open the command's own help text."""
+    real = " ".join((load(name).help or "").split())
+    assert real.startswith(COMMANDS[name][1]), (name, real[:120])
