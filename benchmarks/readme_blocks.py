@@ -143,6 +143,20 @@ def render_startup_speed(d: dict) -> str:
             f"processes): {cases}.\n")
 
 
+def render_site_calibration(d: dict) -> str:
+    """A table: median / p90 error of held-out runs per number of calibration runs k."""
+    header = ["runs fitted on (k)", "training tokens/s & step time", "serving metrics"]
+    rows = []
+    for k in ["uncalibrated", *map(str, d["ks"])]:
+        label = "0 (leave-one-source-out model)" if k == "uncalibrated" else k
+        rows.append([label] + [" / ".join(med_p90(d[kind]["summary"][k])) for kind in ("training", "serving")])
+    table = _table(header, ["---", "---:", "---:"], rows)
+    return (f"{table}\n\nMedian / p90 absolute error of the runs not fitted on, over "
+            f"{d['training']['groups']} training and {d['serving']['groups']} serving (source, GPU) "
+            f"groups with at least {d['min_runs']} runs, {d['draws']} random draws per k "
+            f"(`python benchmarks/site_calibration.py`).\n")
+
+
 @dataclass(frozen=True, slots=True)
 class Block:
     """A README block: the result files it is rendered from and the scripts that write them."""
@@ -164,6 +178,7 @@ BLOCKS: dict[str, Block] = {
     "serving_speed": Block(("serving_speed",), render_serving_speed),
     "serving_plan_speed": Block(("serving_plan_speed",), render_serving_plan_speed),
     "startup_speed": Block(("startup_speed",), render_startup_speed),
+    "site_calibration": Block(("site_calibration",), render_site_calibration),
 }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from meshplan.hardware import Cluster
 from meshplan.model import ModelSpec, load_model
+from meshplan.site import site_context
 from meshplan.training.plan import TrainingPlan
 
 
@@ -17,7 +18,7 @@ def _model(model: ModelSpec | str) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else load_model(model)
 
 
-def estimate_training(model: ModelSpec | str, cluster: Cluster, plan: TrainingPlan):
+def estimate_training(model: ModelSpec | str, cluster: Cluster, plan: TrainingPlan, *, site=None):
     """Predict one optimizer step of `plan` (a `StepEstimate`: step time, tokens/s per GPU, MFU,
     time breakdown, per-stage memory, the resolved plan).
 
@@ -26,17 +27,19 @@ def estimate_training(model: ModelSpec | str, cluster: Cluster, plan: TrainingPl
     plan: the layout; fields left open (micro-batch size, virtual stages, dp, sharding, ...) are
     chosen as `meshplan train estimate` chooses them: the fastest candidate that fits, or, when
     none fits, the one needing the least memory (its `memory.fits` is then False).
+    site: a site profile (name, file or `SiteProfile`) to apply; None: the packaged model alone.
     """
     from meshplan.training.choose import best_plan
 
     spec = _model(model)
-    return best_plan(plan, spec, cluster)
+    with site_context(site):
+        return best_plan(plan, spec, cluster)
 
 
 def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: TrainingPlan, *,
                           pin: dict | None = None, objective: str = "throughput", top: int = 5,
                           price_per_gpu_hour: float | None = None,
-                          train_tokens: float | None = None):
+                          train_tokens: float | None = None, site=None):
     """Search the parallel layout, as `meshplan train plan` does (a training `SearchResult`:
     `ranked` StepEstimates best first, `scores`, the counts of `evaluated`, `rejected_invalid` and
     `rejected_memory` plans, `seconds`, and the `closest` plans when nothing fits).
@@ -49,14 +52,16 @@ def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: Traini
     objective: "throughput" (tokens/s per GPU), "cost" (dollars per token, with
     `price_per_gpu_hour`) or "time-to-train" (with `train_tokens`).
     top: how many ranked plans to keep.
+    site: a site profile (name, file or `SiteProfile`) to apply; None: the packaged model alone.
     """
     from meshplan.errors import ConfigError
     from meshplan.training.search import search
 
     if objective not in ("throughput", "cost", "time-to-train"):
         raise ConfigError(f"objective {objective!r}: use throughput, cost or time-to-train")
-    return search(_model(model), cluster, plan, dict(pin or {}), objective=objective, top=top,
-                  price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
+    with site_context(site):
+        return search(_model(model), cluster, plan, dict(pin or {}), objective=objective, top=top,
+                      price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
 
 
 def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload, request_rate: float,
@@ -64,7 +69,7 @@ def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload
                          e2e_ms: float | None = None, percentile: float = 90.0, max_gpus: int = 8,
                          objective: str = "min-gpus", prices: dict[str, float] | None = None,
                          engine: str = "vllm", quantize: bool = True, disaggregate: bool = True,
-                         top: int = 5, workers: int = 2):
+                         top: int = 5, workers: int = 2, site=None):
     """Find the deployments that serve `request_rate` within latency SLOs, as `meshplan serve plan`
     does (a serving `SearchResult`: `ranked` candidates best first, each with `gpu`, `plan`,
     `replicas`, `gpus`, `capacity.rate`; `infeasible` closest misses; `simulated`, `pruned`).
@@ -83,6 +88,7 @@ def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload
     quantize: also try fp8 weights and KV cache where the GPU has fp8.
     disaggregate: also try prefill/decode disaggregation.
     workers: processes simulating candidates in parallel (1: in this process).
+    site: a site profile (name, file or `SiteProfile`) to apply; None: the packaged model alone.
     """
     from meshplan.serving.capacity import Targets
     from meshplan.serving.plan_search import search
@@ -92,8 +98,9 @@ def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload
     clusters = [Cluster.build(g, 1) for g in names]  # hardware only; the search sizes each plan
     targets = Targets(ttft_ms=ttft_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms, percentile=percentile)
     space = Space(engine=engine, quantize=quantize, disaggregate=disaggregate)
-    return search(_model(model), clusters, workload, request_rate, targets, max_gpus=max_gpus,
-                  objective=objective, prices=prices, space=space, top=top, workers=workers)
+    with site_context(site):
+        return search(_model(model), clusters, workload, request_rate, targets, max_gpus=max_gpus,
+                      objective=objective, prices=prices, space=space, top=top, workers=workers)
 
 
 def serving_deployment(candidate):
@@ -104,19 +111,21 @@ def serving_deployment(candidate):
     return deployment_plan(candidate)
 
 
-def validate_records(records):
+def validate_records(records, *, site=None):
     """Predict every measured quantity of run records, as `meshplan validate` does; returns
     `(rows, skipped)`: one `Row` (id, kind, metric, measured, predicted, rel_error) per measured
     metric, and one `Skip` (id, reason) per record meshplan cannot represent.
 
     records: a list of records from `load_records`, or a path to a run-record YAML file.
+    site: a site profile (name, file or `SiteProfile`) to apply; None: the packaged model alone.
     """
     from meshplan.validate.records import load_records
     from meshplan.validate.run import predict
 
     if isinstance(records, (str, Path)):
         records = load_records(records)
-    return predict(records)
+    with site_context(site):
+        return predict(records)
 
 
 def validation_report(rows, skipped) -> dict:

@@ -16,9 +16,13 @@ from meshplan.validate.records import load_records
 
 def calibrate(
     files: list[Path] = typer.Argument(..., help="Run-record YAML files to fit on (training and/or serving)."),
-    out: Path = typer.Option(..., "--out", help="File to write the fitted constants to. Nothing is "
-                             "written into the installed package unless this names its data file "
-                             "(training/data/fitted_constants.yaml or serving/data/fitted_serving.yaml)."),
+    site: str = typer.Option(None, "--site", help="Fit a site profile NAME on your own runs (a few "
+                             "multipliers on the packaged model) and save it to the config directory "
+                             "(or --out); use it with --site NAME on any predicting command."),
+    out: Path = typer.Option(None, "--out", help="File to write to. Without --site: the fitted package "
+                             "constants (required; nothing is written into the installed package unless "
+                             "this names its data file). With --site: the profile file instead of "
+                             "<config dir>/sites/NAME.yaml."),
     loso: bool = typer.Option(False, "--loso", help="Also report leave-one-source-out error (slow)."),
     max_nfev: int = typer.Option(100, help="Model evaluations the least-squares fit may use."),
     quiet: bool = QUIET,
@@ -27,6 +31,11 @@ def calibrate(
     records. Least squares on the log error of tokens/s per GPU (training) or of every measured
     metric (serving); writes them with their fit record (date, inputs, in-sample and LOSO
     errors) to --out."""
+    if site is not None:
+        return _calibrate_site(files, site, out, quiet)
+    if out is None:
+        raise ConfigError("--out: give the file to write the fitted package constants to (or fit a "
+                          "site profile with --site NAME)")
     records = [r for path in files for r in load_records(path)]
     if not records:
         raise ConfigError("the files hold no records to fit on")
@@ -60,6 +69,39 @@ def _calibrate_training(records, names, out: Path, loso: bool, max_nfev: int) ->
     out.write_text("# Fitted by `meshplan calibrate`; read by meshplan.training.constants.\n"
                    + yaml.safe_dump(doc, sort_keys=False))
     _report(doc["fit"], out)
+
+
+def _calibrate_site(files: list[Path], name: str, out: Path | None, quiet: bool) -> None:
+    """Fit a site profile on the runs of `files` (bad records skipped and reported)."""
+    from meshplan.site import save_site, site_path
+    from meshplan.site_fit import calibrate_site
+    from meshplan.validate.records import read_records
+
+    if not name or "/" in name or name.startswith("."):
+        raise ConfigError(f"--site {name!r}: give a plain name such as my-cluster")
+    records, unreadable = [], []
+    for path in files:
+        good, bad = read_records(path)
+        records += good
+        unreadable += bad
+    with progress(f"fitting site profile {name} on {len(records)} runs", show_progress(quiet)):
+        doc = calibrate_site(records, name, [p.name for p in files])
+    doc["fitted"]["skipped"] = [{"id": i, "reason": why} for i, why in unreadable] + doc["fitted"]["skipped"]
+    path = save_site(doc, out or site_path(name))
+    _report_site(doc, path)
+
+
+def _report_site(doc: dict, path: Path) -> None:
+    fitted = doc["fitted"]
+    console.print(f"site profile {doc['site']} fitted on {fitted['runs']} runs -> {path}", highlight=False)
+    for kind, values in doc["constants"].items():
+        for name, value in values.items():
+            shown = ", ".join(f"{g} {v:.3f}" for g, v in value.items()) if isinstance(value, dict) else f"{value:.3f}"
+            console.print(f"  {kind}.{name}: {shown}", highlight=False)
+    errors = doc["errors"]
+    console.print(f"on these runs: before {_fmt(errors['before'])}; after {_fmt(errors['after'])}", highlight=False)
+    for skip in fitted["skipped"]:
+        console.print(f"skipped {skip['id']}: {skip['reason']}", highlight=False)
 
 
 def _report(fit: dict, out: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import math
 import sys
@@ -110,3 +111,42 @@ def progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None]]:
 
 
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar (it is shown only on a terminal).")
+
+
+SITE_HELP = ("Site profile to apply on top of the packaged model: a name fitted with `meshplan "
+             "calibrate --site NAME`, or a profile file (also MESHPLAN_SITE).")
+
+
+def with_site(func: F) -> F:
+    """Give a command a `--site NAME|FILE` option (default $MESHPLAN_SITE) and run it with that
+    site profile active; say on stderr which profile is used and what it does not cover."""
+    from meshplan.site import use_site
+
+    signature = inspect.signature(func)
+    option = inspect.Parameter("site", inspect.Parameter.KEYWORD_ONLY, annotation=str,
+                               default=typer.Option(None, "--site", envvar="MESHPLAN_SITE", help=SITE_HELP))
+    params = [p for p in signature.parameters.values() if p.kind != p.VAR_KEYWORD] + [option]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, site: str | None = None, **kwargs: Any) -> Any:
+        profile = use_site(site)
+        try:
+            if profile is not None:
+                _say_site(profile, kwargs.get("gpu"))
+            return func(*args, **kwargs)
+        finally:
+            use_site(None)
+
+    wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+def _say_site(profile, gpu) -> None:
+    """One stderr line naming the profile, and its notes (renamed constants, other GPUs)."""
+    err_console.print(f"site profile: {profile.name} ({profile.path})", highlight=False)
+    for note in profile.notes:
+        err_console.print(f"note: {note}", highlight=False)
+    fitted = profile.gpus("training") | profile.gpus("serving")
+    if isinstance(gpu, str) and fitted and gpu not in fitted:
+        err_console.print(f"note: site profile {profile.name} was fitted on {', '.join(sorted(fitted))}, not "
+                          f"{gpu}: only its network and step constants apply", highlight=False)

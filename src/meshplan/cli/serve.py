@@ -8,7 +8,7 @@ import typer
 from pydantic import ValidationError
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors
+from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.serving.metrics import SLO
@@ -72,6 +72,7 @@ def _run(model, cluster, plan, workload, slo, shown: bool) -> SimulationResult:
 
 @serve_app.command("simulate")
 @user_errors
+@with_site
 def simulate_cmd(
     model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
     gpu: str = opt.GPU,

@@ -12,7 +12,7 @@ from rich import box
 from rich.table import Table
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors
+from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.cli.serve import build_serving_plan, build_workload, serve_app
 from meshplan.errors import ConfigError
 from meshplan.userfiles import parse_yaml, read_text
@@ -54,6 +54,7 @@ def _unit_workload(trace, trace_format, on_error, seed, rate, **spec):
 
 @serve_app.command("plan")
 @user_errors
+@with_site
 def plan_cmd(
     model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
     gpu: list[str] = typer.Option(..., "--gpu", help="GPU catalog name; repeat to compare GPU types."),
@@ -107,6 +108,7 @@ def plan_cmd(
 
 @serve_app.command("sweep")
 @user_errors
+@with_site
 def sweep_cmd(
     model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
     gpu: str = opt.GPU,

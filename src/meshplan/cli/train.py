@@ -13,7 +13,7 @@ from rich import box
 from rich.table import Table
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import console, finish, print_json, user_errors
+from meshplan.cli.common import console, finish, print_json, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
@@ -115,6 +115,7 @@ def with_plan_flags(extra: dict | None = None):
 
 @train_app.command("memory")
 @user_errors
+@with_site
 @with_plan_flags()
 def memory(**flags) -> None:
     """Peak memory per GPU of a training plan, per pipeline stage, and whether it fits."""
@@ -180,6 +181,7 @@ def register(app: typer.Typer) -> None:
 
 @train_app.command("estimate")
 @user_errors
+@with_site
 @with_plan_flags({
     "trace": (Path, typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace of the step.")),
     "timeline": (bool, typer.Option(False, "--timeline", help="Print the pipeline as text.")),

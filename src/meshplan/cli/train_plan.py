@@ -9,7 +9,7 @@ from rich import box
 from rich.table import Table
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors
+from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.cli.train import build_plan
@@ -226,8 +226,8 @@ def register(app: typer.Typer) -> None:
     """Add `train plan` to the `train` group."""
     from meshplan.cli.train import train_app
 
-    train_app.command("plan")(user_errors(plan_command))
-    train_app.command("sweep")(user_errors(sweep_command))
+    train_app.command("plan")(user_errors(with_site(plan_command)))
+    train_app.command("sweep")(user_errors(with_site(sweep_command)))
 
 
 def sweep_command(

@@ -8,7 +8,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from meshplan.cli.common import QUIET, console, err_console, print_json, progress, show_progress, user_errors
+from meshplan.cli.common import QUIET, console, err_console, print_json, progress, show_progress, user_errors, with_site
 from meshplan.validate.records import read_records
 from meshplan.validate.run import Skip, predict, report
 
@@ -66,4 +66,4 @@ def render_summary(summary: dict, skipped: int, total: int) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add the `validate` command."""
-    app.command("validate")(user_errors(validate))
+    app.command("validate")(user_errors(with_site(validate)))

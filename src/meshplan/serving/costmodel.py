@@ -54,10 +54,12 @@ class IterationCost:
     """Seconds of one iteration of a replica as a function of the batch it runs."""
 
     def __init__(self, model: ModelSpec, cluster: Cluster, plan: ServingPlan, kv: KVLayout,
-                 engine: EngineConstants, graphs: GraphPolicy | None = None):
+                 engine: EngineConstants, graphs: GraphPolicy | None = None, device_scale: float = 1.0):
         self.model, self.cluster, self.plan, self.kv, self.k = model, cluster, plan, kv, engine
         self.graphs = graphs
         """When iterations replay a CUDA graph (None: always, no host floor)."""
+        self.device = device_scale
+        """Multiplier on device time (a site profile's serving.device; 1 = the packaged model)."""
         self.c = replace(constants_for(cluster.gpu), hbm_efficiency=engine.weight_read_efficiency)
         g = engine.grouped_gemm_efficiency
         self.c_experts = replace(self.c, gemm_efficiency=self.c.gemm_efficiency * g,
@@ -67,6 +69,7 @@ class IterationCost:
         self.layers = Counter(stage_layers(model, plan.pp))
         self.num_layers = sum(self.layers.values())
         self._memo: dict[int, float] = {}
+        self._head_memo: dict[int, float] = {}
         self._groups()
         self._attention_rates()
 
@@ -103,6 +106,7 @@ class IterationCost:
         stage += self.num_layers * self.k.layer_s
         if pp > 1:
             stage += p2p_time(tokens * self.model.hidden_size * 2.0, False, self.cluster)
+        stage *= self.device
         if eager:  # the GPU waits on the host's launches when its kernels are shorter
             stage = max(stage, self.graphs.host_floor_s)
         return pp * (stage + self.k.iteration_s + self.k.per_seq_s * seqs / pp)
@@ -124,6 +128,7 @@ class IterationCost:
         stage += np.where(pre > 0, pflops * self.attn_unit, 0.0) + self.num_layers * self.k.layer_s
         if pp > 1:
             stage += _per_value(lambda n: p2p_time(n * self.model.hidden_size * 2.0, False, self.cluster), t)
+        stage = stage * self.device
         if eager is not None:
             stage = np.where(eager, np.maximum(stage, self.graphs.host_floor_s), stage)
         return pp * (stage + self.k.iteration_s + self.k.per_seq_s * seqs / pp)
@@ -223,16 +228,20 @@ class IterationCost:
         if self.plan.mtp_drafts:
             h = self.model.hidden_size
             layer = self.model.layers[-1]
-            return self._layer(layer, rows) + self._gemm(rows, h, 2 * h) + self.head(rows) + self.k.layer_s
+            return self.device * (self._layer(layer, rows) + self._gemm(rows, h, 2 * h) + self.head(rows) + self.k.layer_s)
         layer = next(iter(self.layers))
-        return self._layer(layer, rows) + self.head(rows) + self.k.layer_s
+        return self.device * (self._layer(layer, rows) + self.head(rows) + self.k.layer_s)
 
     def head(self, rows: int) -> float:
         """LM head over the rows that sample a token (vocab split over tp), in 16 bits."""
         if rows <= 0:
             return 0.0
-        return gemm_time(rows, self.model.vocab_size / self.plan.tp, self.model.hidden_size,
-                         gpu=self.cluster.gpu, dtype="bf16", c=self.c)
+        hit = self._head_memo.get(rows)
+        if hit is None:  # iterations repeat the same sizes: price each once
+            hit = gemm_time(rows, self.model.vocab_size / self.plan.tp, self.model.hidden_size,
+                            gpu=self.cluster.gpu, dtype="bf16", c=self.c)
+            self._head_memo[rows] = hit
+        return hit
 
     def decode_attention(self, seqs: float, ctx: float) -> float:
         """Paged attention of decoding requests: reading their KV (windowed layers up to the

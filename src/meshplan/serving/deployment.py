@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
+from meshplan.site import active_site
 from meshplan.serving.constants import EngineConstants, constants_key, engine_constants
 from meshplan.serving.costmodel import IterationCost
 from meshplan.serving.defaults import EngineDefaults, engine_defaults
@@ -114,6 +115,18 @@ def resolve_pools(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workloa
     return pools
 
 
+def with_site(engine: EngineConstants, gpu: str) -> tuple[EngineConstants, float]:
+    """The engine constants and device-time multiplier of the active site profile
+    (meshplan.site): the engine's host time per step and per request, and this GPU's device
+    time."""
+    site = active_site()
+    if site is None:
+        return engine, 1.0
+    step = site.factor("serving", "step")
+    engine = replace(engine, iteration_s=engine.iteration_s * step, per_seq_s=engine.per_seq_s * step)
+    return engine, site.factor("serving", "device", gpu)
+
+
 def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Workload,
                    log: IterationLog, first_index: int, engine: EngineConstants | None = None) -> list[Replica]:
     """Fresh replicas of `pool`, numbered from `first_index`, sharing one cost model."""
@@ -126,7 +139,8 @@ def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Wor
     engine = engine or engine_constants(key)
     stage = Counter(stage_layers(model, plan.pp))
     graphs = graph_policy(key, pool.defaults.cuda_graph_max_batch, stage, plan.tp, plan.ep, plan.enforce_eager)
-    cost = IterationCost(model, sub, plan, mem.kv, engine, graphs)
+    engine, device = with_site(engine, cluster.gpu.name)
+    cost = IterationCost(model, sub, plan, mem.kv, engine, graphs, device_scale=device)
     window = -(-int(mem.kv.windowed_bytes_per_request) // int(mem.kv.bytes_per_token * mem.block_size))
     caching = pool.defaults.prefix_caching if plan.prefix_caching is None else plan.prefix_caching
     return [Replica(first_index + i, pool.scheduler,

@@ -17,6 +17,7 @@ from meshplan.hardware import Cluster, GPUSpec
 from meshplan.model.spec import ModelSpec
 from meshplan.training.constants import TrainingConstants, training_constants
 from meshplan.training.groups import PlanGroups, plan_groups
+from meshplan.site import active_site
 from meshplan.training.kernels import profile_for
 from meshplan.training.plan import QUANTIZED
 from meshplan.training.resolve import ResolvedPlan
@@ -99,15 +100,31 @@ def _bounded(k: TrainingConstants, c: ComputeConstants, gpu: GPUSpec) -> Trainin
     return replace(k, compute_scale=max(k.compute_scale, floor))
 
 
+def _with_site(k: TrainingConstants, comm: CommConstants, gpu: str) -> tuple[TrainingConstants, CommConstants]:
+    """The constants with the active site profile's multipliers (meshplan.site): kernel time
+    for this GPU model, collective time inside and across nodes."""
+    site = active_site()
+    if site is None:
+        return k, comm
+    intra, inter = site.factor("training", "intra_network"), site.factor("training", "inter_network")
+    k = replace(k, compute_scale=k.compute_scale * site.factor("training", "compute", gpu))
+    comm = replace(comm, scale_up_efficiency=comm.scale_up_efficiency / intra,
+                   nvls_allreduce_efficiency=comm.nvls_allreduce_efficiency / intra,
+                   pcie_efficiency=comm.pcie_efficiency / intra,
+                   scale_out_efficiency=comm.scale_out_efficiency / inter)
+    return k, comm
+
+
 def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster,
                  constants: TrainingConstants | None = None) -> CostContext:
     """Build the cost context of a resolved plan (optionally with explicit engine constants)."""
     gpu = cluster.gpu
     c = constants_for(gpu)
     k = _bounded(constants or training_constants(plan.framework, gpu.architecture), c, gpu)
+    k, comm = _with_site(k, load_constants(gpu.name), gpu.name)
     return CostContext(
         model=model, plan=plan, cluster=cluster, groups=plan_groups(plan, cluster),
-        c=c, comm=load_constants(gpu.name), k=k,
+        c=c, comm=comm, k=k,
         clock=clock_factor(gpu, cluster.power_limit_w),
         tokens=plan.micro_batch_size * plan.seq_len / plan.cp,
         act_width=4.0 if plan.precision == "fp32" else 2.0,

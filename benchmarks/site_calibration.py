@@ -1,0 +1,135 @@
+"""How few runs a site profile needs (issue #19): for every (source, GPU) group of the calibration
+files with at least 6 usable runs, treat the group as another lab's cluster:
+
+1. the packaged constants are refitted without the group's source (leave-one-source-out), so the
+   base model has never seen this lab;
+2. "uncalibrated" is that base model's error on every run of the group;
+3. for k = 1, 3, 5 and DRAWS random draws, a site profile is fitted on k runs
+   (meshplan.site_fit) and the group's other runs are predicted with it.
+
+Prints and saves the median and p90 absolute error per k beside the uncalibrated figure
+(benchmarks/results/site_calibration.json, and the README block that quotes it).
+Run: python benchmarks/site_calibration.py [--draws N] (about ten minutes on two cores)."""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import meshplan.serving.constants as serving_constants
+import meshplan.serving.deployment as deployment
+import meshplan.training.constants as training_constants
+from meshplan import calibrate as cal
+from meshplan import calibrate_serving as cs
+from meshplan.site import use_site
+from meshplan.site_fit import Runs, fit_site, prepare, run_errors
+from meshplan.validate.records import load_records
+from meshplan.validate.run import error_stats
+
+import readme_blocks  # benchmarks/readme_blocks.py
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "run-records"
+KS = (1, 3, 5)
+MIN_RUNS = 6
+MAX_HELD = 12
+"""Serving groups: predict at most this many held-out runs per draw (each a simulation)."""
+
+
+def group_of(record) -> tuple[str, str]:
+    return record.source.get("name", "?"), record.hardware.gpu
+
+
+def training_base(source: str, cases: list, full: dict):
+    """Make the packaged training constants the fit without `source`."""
+    table = cal.fit([c for c in cases if c.record.source.get("name", "?") != source],
+                    max_nfev=4, start_from=full)
+    training_constants._fitted = lambda: table
+
+
+def serving_base(source: str, cases: list, full: dict):
+    """Make the packaged serving constants the fit without `source` (engines only it has keep
+    the defaults file)."""
+    train = [fc for fc in cases if fc.record.source.get("name", "?") != source]
+    table = cs.fit(train, max_nfev=4, start_from=full) if train else {}
+    table = {e: v for e, v in table.items() if e in {fc.engine for fc in train}}
+    lookup = lambda engine: serving_constants.resolve(engine, table)  # noqa: E731
+    serving_constants.engine_constants = deployment.engine_constants = lookup
+
+
+def kshot(runs: list, kind: str, draws: int, rng: random.Random) -> dict:
+    """{k: [abs errors of the held-out runs]} over the draws, and the uncalibrated errors."""
+    use_site(None)
+    as_runs = lambda rs: Runs(rs, [], []) if kind == "training" else Runs([], rs, [])  # noqa: E731
+    out = {"uncalibrated": [abs(e) for _, _, e in run_errors(as_runs(runs))]}
+    for k in KS:
+        errs = []
+        for _ in range(draws):
+            picked = rng.sample(runs, k)
+            held = [r for r in runs if r not in picked]
+            if kind == "serving":
+                held = rng.sample(held, min(MAX_HELD, len(held)))
+            profile = fit_site(as_runs(picked))
+            use_site(profile)
+            errs += [abs(e) for _, _, e in run_errors(as_runs(held))]
+            use_site(None)
+        out[k] = errs
+    return out
+
+
+def run_kind(kind: str, draws: int, rng: random.Random) -> dict:
+    records = load_records(SHARED / f"{kind}-calibration.yaml")
+    if kind == "training":
+        cases = cal.prepare(records)
+        full = training_constants._fitted()
+        runs = prepare(records).training
+        set_base = lambda src: training_base(src, cases, full)  # noqa: E731
+    else:
+        runs = prepare(records).serving
+        cases = runs
+        full = serving_constants.packaged_fit()
+        set_base = lambda src: serving_base(src, cases, full)  # noqa: E731
+    groups = defaultdict(list)
+    for r in runs:
+        groups[group_of(r.record)].append(r)
+    result = {}
+    for (source, gpu), members in sorted(groups.items()):
+        if len(members) < MIN_RUNS:
+            continue
+        start = time.time()
+        set_base(source)
+        result[f"{source[:60]} / {gpu}"] = kshot(members, kind, draws, rng)
+        print(f"{kind} {source[:50]} / {gpu}: {len(members)} runs, {time.time() - start:.0f} s", file=sys.stderr)
+    return result
+
+
+def summarise(groups: dict) -> dict:
+    """Median / p90 absolute error per k (and uncalibrated) over all groups' held-out runs."""
+    keys = ["uncalibrated", *KS]
+    return {str(k): error_stats([e for g in groups.values() for e in g[k]]) for k in keys}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--draws", type=int, default=4)
+    args = parser.parse_args()
+    rng = random.Random(0)
+    saved = (training_constants._fitted, serving_constants.engine_constants, deployment.engine_constants)
+    data = {"draws": args.draws, "ks": list(KS), "min_runs": MIN_RUNS}
+    try:
+        for kind in ("training", "serving"):
+            groups = run_kind(kind, args.draws, rng)
+            data[kind] = {"groups": len(groups), "summary": summarise(groups)}
+            for k, s in data[kind]["summary"].items():
+                print(f"{kind} k={k}: median {s['median_abs_rel_error']:.1%} p90 {s['p90_abs_rel_error']:.1%} "
+                      f"(n={s['n']})")
+    finally:
+        training_constants._fitted, serving_constants.engine_constants, deployment.engine_constants = saved
+    readme_blocks.save("site_calibration", data)
+
+
+if __name__ == "__main__":
+    main()
