@@ -52,6 +52,8 @@ COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "calibrate": (_command("calibrate"),
                   ("Fit the step-time constants on training records or the serving engine "
                    "constants on serving records.")),
+    "record": (_group("record", "record_app", "record"),
+               "Write your own measured runs as run records (for validate and calibrate)."),
     "models": (_group("models", "models_app", "models"), "The model catalog."),
     "model": (_group("model", "model_app", "models"), "One model's parameters, FLOPs and KV-cache size."),
     "gpus": (_group("gpus", "gpus_app", "gpus"), "The GPU catalog."),
