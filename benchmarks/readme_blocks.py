@@ -153,8 +153,30 @@ def render_site_calibration(d: dict) -> str:
     table = _table(header, ["---", "---:", "---:"], rows)
     return (f"{table}\n\nMedian / p90 absolute error of the runs not fitted on, over "
             f"{d['training']['groups']} training and {d['serving']['groups']} serving (source, GPU) "
-            f"groups with at least {d['min_runs']} runs, {d['draws']} random draws per k "
+            f"groups with at least {d['min_runs']} runs, {d['draws']} random draws per k; "
+            f"{d['serving'].get('set_aside', 0)} serving runs their own source flags are set aside. "
+            f"Spread of one run's log error within a group / between groups: training "
+            f"{d['training']['spreads']['within']:.2f} / {d['training']['spreads']['between']:.2f}, serving "
+            f"{d['serving']['spreads']['within']:.2f} / {d['serving']['spreads']['between']:.2f} "
             f"(`python benchmarks/site_calibration.py`).\n")
+
+
+def render_validate_speed(d: dict) -> str:
+    """One sentence: wall time of validate on both calibration files."""
+    parts = []
+    for workers, times in d["wall_s"].items():
+        parts.append(f"{sum(times.values()):.0f} s with {workers} worker{'s' if workers != '1' else ''} "
+                     f"(training {times['training']:.0f} s, serving {times['serving']:.0f} s)")
+    return (f"Speed (`python benchmarks/validate_speed.py`, {d['cores']} cores): `meshplan validate` on both "
+            f"calibration files takes {'; '.join(parts)}.\n")
+
+
+def render_sweep_speed(d: dict) -> str:
+    """One sentence: searches per second of a sweep per backend."""
+    parts = [f"{name} {r['cells'] / r['seconds']:.1f} searches/s ({r['cells']} searches in {r['seconds']:.0f} s)"
+             for name, r in d["results"].items()]
+    return (f"Sweep speed (`python benchmarks/sweep_speed.py`, {d['workers']} workers on this machine): "
+            f"{', '.join(parts)}.\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +201,8 @@ BLOCKS: dict[str, Block] = {
     "serving_plan_speed": Block(("serving_plan_speed",), render_serving_plan_speed),
     "startup_speed": Block(("startup_speed",), render_startup_speed),
     "site_calibration": Block(("site_calibration",), render_site_calibration),
+    "validate_speed": Block(("validate_speed",), render_validate_speed),
+    "sweep_speed": Block(("sweep_speed",), render_sweep_speed),
 }
 
 

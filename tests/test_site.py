@@ -142,3 +142,27 @@ def test_a_renamed_constant_loads_with_a_note(tmp_path):
 def test_an_unknown_profile_is_one_error_line():
     result = runner.invoke(app, ESTIMATE + ["--site", "nowhere"])
     assert result.exit_code == 2 and "site profile 'nowhere': no such profile" in result.stderr
+
+
+def test_round_trip_record_calibrate_plan(tmp_path):
+    """A user's cluster runs 15% slower than the packaged model says: three runs written with
+    `meshplan record training`, a profile fitted on them, and `train plan --site` then predicts
+    the slower cluster for a layout it never saw."""
+    runs = tmp_path / "mine.yaml"
+    shapes = [("llama-3.1-8b", 8, "8192"), ("llama-3.1-8b", 16, "8192"), ("llama-3.1-70b", 32, "4096")]
+    for model, gpus, seq in shapes:
+        base = ["--model", model, "--gpu", "h100-sxm-80gb", "--num-gpus", str(gpus), "--seq-len", seq,
+                "--global-batch-size", str(4 * gpus), "--recompute", "full"]
+        predicted = runner.invoke(app, ["train", "estimate", *base, "--tp", "8" if gpus == 32 else "1", "--json"])
+        measured = json.loads(predicted.stdout)["tokens_per_s_per_gpu"] * 0.85
+        recorded = runner.invoke(app, ["record", "training", "--out", str(runs), *base, "--framework", "megatron",
+                                       "--tp", "8" if gpus == 32 else "1", "--tokens-per-s-per-gpu", f"{measured:.1f}"])
+        assert recorded.exit_code == 0, recorded.output
+    assert runner.invoke(app, ["calibrate", "--site", "slow", str(runs)]).exit_code == 0
+    assert 1.05 < load_site("slow").factor("training", "compute", "h100-sxm-80gb") < 1.18
+    plan = ["train", "plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--num-gpus", "64",
+            "--seq-len", "8192", "--global-batch-size", "128", "--top", "1", "--json", "--quiet"]
+    plain = json.loads(runner.invoke(app, plan).stdout)["plans"][0]["tokens_per_s_per_gpu"]
+    sited = runner.invoke(app, plan + ["--site", "slow"])
+    assert "site profile: slow" in sited.stderr
+    assert 0.84 < json.loads(sited.stdout)["plans"][0]["tokens_per_s_per_gpu"] / plain < 0.97

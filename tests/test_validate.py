@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -184,3 +185,14 @@ def test_pre_2023_megatron_records_run_unfused_attention_without_tp_overlap(fram
     plan = training_case(Record.model_validate(raw)).plan
     assert (plan.attention == "eager") is legacy
     assert (plan.tp_comm_overlap is False) is legacy
+
+
+def test_parallel_validation_gives_the_serial_rows_in_order():
+    from meshplan.validate.records import load_records
+    from meshplan.validate.run import predict
+
+    shared = Path(__file__).resolve().parents[2] / "shared" / "run-records"
+    records = load_records(shared / "training-calibration.yaml")[:6]
+    serial, serial_skips = predict(records)
+    parallel, parallel_skips = predict(records, workers=2)
+    assert parallel == serial and parallel_skips == serial_skips

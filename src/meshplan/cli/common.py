@@ -24,7 +24,7 @@ err_console = Console(stderr=True)
 
 
 POSITIVE = frozenset({
-    "top", "workers", "num_requests", "max_gpus", "num_gpus", "request_rate", "time_scale",
+    "top", "workers", "chunk", "num_requests", "max_gpus", "num_gpus", "request_rate", "time_scale",
     "concurrency", "global_batch_size", "global_batch_tokens", "micro_batch_size", "seq_len",
     "price_per_gpu_hour", "train_tokens", "replicas", "input_len", "output_len", "burstiness",
     "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms", "slo_percentile", "inter_node_gbps_per_gpu",

@@ -238,11 +238,19 @@ def sweep_command(
     global_batch_tokens: int = typer.Option(4 * 2**20, help="Tokens per optimizer step."),
     framework: str = typer.Option("megatron", help="megatron, nemo, torchtitan or deepspeed."),
     out: Path = typer.Option(Path("sweep.csv"), "--out", help="CSV file to write."),
-    workers: int = typer.Option(2, help="Worker processes."),
+    workers: int = typer.Option(2, help="Worker processes (local), or CPUs of a local Ray."),
+    backend: str = typer.Option("local", "--backend", help="local (a process pool) or ray (the ray "
+                                "extra; --address for a running cluster, else a local Ray)."),
+    address: str = typer.Option(None, "--address", help="Ray cluster address, e.g. ray://head:10001 or auto."),
+    chunk: int = typer.Option(None, "--chunk", help="Cells per task (default: up to 200, four tasks per worker)."),
     quiet: bool = QUIET,
 ) -> None:
-    """The best plan of every grid cell, searched in parallel, as a CSV table."""
+    """The best plan of every grid cell, searched in parallel, as a CSV table (rows are written
+    as tasks finish; the file ends sorted in grid order)."""
     from meshplan.training.sweep import run_sweep
+
+    if backend not in ("local", "ray"):
+        raise ConfigError(f"--backend {backend!r}: use local or ray")
 
     grid = ([m for m in models.split(",")], gpus.split(","), parse_counts(num_gpus),
             parse_counts(seq_lens, "--seq-lens"))
@@ -250,7 +258,8 @@ def sweep_command(
     with progress("searching cells", show_progress(quiet)) as update:
         done = iter(range(1, total + 1))
         rows = run_sweep(*grid, global_batch_tokens=global_batch_tokens, framework=framework,
-                         out=out, workers=workers, progress=lambda: update(next(done), total))
+                         out=out, workers=workers, progress=lambda: update(next(done), total),
+                         backend=backend, address=address, chunk=chunk)
     ok = sum(r["status"] == "ok" for r in rows)
     console.print(f"{len(rows)} cells ({ok} with a fitting plan) written to {out}", highlight=False)
     finish(ok > 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -22,6 +23,8 @@ def validate(
     quiet: bool = QUIET,
     strict: bool = typer.Option(False, "--strict", help="Stop at the first record that breaks the "
                                 "schema (exit 2) instead of skipping it with the reason."),
+    workers: int = typer.Option(None, "--workers", help="Processes predicting records in parallel "
+                                "(default: the CPU count; 1 = in this process)."),
 ) -> None:
     """Predict every record's measured quantities and print the errors and a summary. A record
     that cannot be parsed is skipped with its reason (unless --strict)."""
@@ -31,7 +34,7 @@ def validate(
         records += good
         bad += [Skip(rid, reason) for rid, reason in skipped]
     with progress("predicting records", show_progress(quiet, json_out)) as update:
-        rows, skips = predict(records, update)
+        rows, skips = predict(records, update, workers or os.cpu_count() or 1)
     skips = bad + skips
     for skip in bad:
         err_console.print(f"[yellow]skipped[/] {skip.id}: {skip.reason}", highlight=False, soft_wrap=True)

@@ -137,8 +137,42 @@ def norm_params(width: int, kind: str) -> int:
     return width * (2 if kind == "layernorm" else 1)
 
 
+_KINDS: dict[int, tuple] = {}
+
+
+def layer_kinds(model: ModelSpec) -> tuple[int, ...]:
+    """For each layer, the index of the first layer equal to it: the distinct layer kinds,
+    computed once per model (comparing frozen layers by value is what costs)."""
+    hit = _KINDS.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    first: dict = {}
+    kinds = tuple(first.setdefault(layer, i) for i, layer in enumerate(model.layers))
+    if len(_KINDS) > 256:
+        _KINDS.clear()
+    _KINDS[id(model)] = (model, kinds)
+    return kinds
+
+
+_LAYER_PARAMS: dict[tuple[int, int], tuple] = {}
+"""layer_params by object identity (the plan search asks for the same layers thousands of times
+and hashing nested frozen dataclasses costs more than the count); each entry keeps its layer and
+model alive so an id is never reused while cached."""
+
+
 def layer_params(layer: LayerSpec, model: ModelSpec) -> LayerParams:
     """Parameters of one decoder layer of `model`, by kind."""
+    hit = _LAYER_PARAMS.get((id(layer), id(model)))
+    if hit is not None and hit[0] is layer and hit[1] is model:
+        return hit[2]
+    if len(_LAYER_PARAMS) > 4096:
+        _LAYER_PARAMS.clear()
+    value = _layer_params(layer, model)
+    _LAYER_PARAMS[(id(layer), id(model))] = (layer, model, value)
+    return value
+
+
+def _layer_params(layer: LayerSpec, model: ModelSpec) -> LayerParams:
     h = model.hidden_size
     attn = attention_matmul_params(layer.attention, h) + attention_other_params(layer.attention, h)
     norms = layer.num_norms * norm_params(h, model.norm)

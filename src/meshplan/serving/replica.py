@@ -118,13 +118,11 @@ class Replica:
             seq = self.waiting[0]
             if seq.prefilled:  # joins at the next iteration's start (see _admit_arrived)
                 return
-            if budget <= 0:
-                return
+            if budget <= 0 or self._blocks_to_admit(seq) > self._free_for_admission():
+                return  # (checked before the prefix look-up: a blocked queue costs no hashing)
             hit = self._prefix_hit(seq)
             n = min(seq.prompt - hit * self.pool.hash_tokens, budget)
             if n < seq.prompt - hit * self.pool.hash_tokens and not self.cfg.chunked_prefill:
-                return
-            if self._blocks_to_admit(seq) > self._free_for_admission():
                 return
             self.waiting.popleft()
             self._take(seq, hit)

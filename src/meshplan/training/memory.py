@@ -11,13 +11,19 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from meshplan.hardware import Cluster
+from meshplan.model.counts import layer_kinds
 from meshplan.model.spec import ModelSpec
 from meshplan.training import activations as act
 from meshplan.training.pipeline_orders import SCHEDULES as ORDERS
 from meshplan.training.pipeline_orders import F, W, decode
 from meshplan.training.resolve import ResolvedPlan
 from meshplan.training.schedules import in_flight_chunks
-from meshplan.training.states import SHARDED_STATES, StageParams, stage_params, state_bytes
+from meshplan.training.states import (
+    SHARDED_STATES,
+    StageParams,
+    stage_params,
+    state_bytes,
+)
 
 FRAGMENTATION = 0.05
 """Allocator slack (reserved minus allocated) as a fraction of allocated bytes at the peak."""
@@ -100,9 +106,24 @@ def _stored_layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, recomp
     """What layer `index` keeps between its forward and backward for one micro-batch."""
     if recomputed:
         return 0.0 if plan.offload_activations else act.checkpoint_bytes(model, plan)
-    full = act.layer_activation_bytes(model.layers[index], model, plan,
-                                      selective=plan.recompute == "selective")
+    full = _layer_bytes(model, plan, index, plan.recompute == "selective")
     return 0.0 if plan.offload_activations else full
+
+
+_PLAN_CACHE: list = [None, None, {}]
+"""[model, plan, {(layer kind, selective): bytes}] of the plan being estimated: its pipeline
+stages ask for the same layer kinds again."""
+
+
+def _layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, selective: bool = False) -> float:
+    """act.layer_activation_bytes of layer `index`, once per layer kind per plan."""
+    if _PLAN_CACHE[0] is not model or _PLAN_CACHE[1] is not plan:
+        _PLAN_CACHE[:] = [model, plan, {}]
+    key = (layer_kinds(model)[index], selective)
+    cache = _PLAN_CACHE[2]
+    if key not in cache:
+        cache[key] = act.layer_activation_bytes(model.layers[key[0]], model, plan, selective=selective)
+    return cache[key]
 
 
 def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[int, ...]) -> float:
@@ -111,8 +132,9 @@ def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[in
     budget = len(chunk) if plan.recompute_num_layers is None else plan.recompute_num_layers
     cache: dict = {}
     total = 0.0
+    kinds = layer_kinds(model)
     for k, i in enumerate(chunk):
-        key = (model.layers[i], full and k < budget)
+        key = (kinds[i], full and k < budget)
         if key not in cache:
             cache[key] = _stored_layer_bytes(model, plan, i, key[1])
         total += cache[key]
@@ -153,9 +175,9 @@ def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int,
     schedule's op order, since which chunks are alive at the peak then matters."""
     chunks = [c for k, c in enumerate(plan.chunk_layers) if k % plan.pp == stage]
     per_chunk = [chunk_activation_bytes(model, plan, c) for c in chunks]
-    distinct = {model.layers[i] for c in chunks for i in c}
-    working = max(act.layer_activation_bytes(layer, model, plan)
-                  for layer in distinct)  # backward of one layer: grads or recomputation
+    kinds = layer_kinds(model)
+    distinct = {kinds[i] for c in chunks for i in c}
+    working = max(_layer_bytes(model, plan, k) for k in distinct)  # backward of one layer
     uniform = len(set(per_chunk)) == 1 and not (head_bytes and plan.vpp > 1)
     if plan.vpp == 1 or uniform:
         alive = in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)

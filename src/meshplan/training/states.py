@@ -8,9 +8,11 @@ routed experts divide by ep x etp. Sharded states then divide by the data-parall
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from meshplan.model import counts
+from meshplan.model.counts import layer_kinds
 from meshplan.model.spec import ModelSpec
 from meshplan.training.resolve import ResolvedPlan
 
@@ -77,9 +79,10 @@ def layer_split(model: ModelSpec, i: int, plan: ResolvedPlan) -> tuple[float, fl
 def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
     """Parameters per GPU on pipeline stage `stage`, including embedding and LM head."""
     dense = expert = unit = 0.0
-    for i in plan.stage_layers(stage):
-        d, e = layer_split(model, i, plan)
-        dense, expert, unit = dense + d, expert + e, max(unit, d + e)
+    kinds = layer_kinds(model)
+    for kind, n in Counter(kinds[i] for i in plan.stage_layers(stage)).items():  # equal layers split alike
+        d, e = layer_split(model, kind, plan)
+        dense, expert, unit = dense + n * d, expert + n * e, max(unit, d + e)
     vocab = model.vocab_size * model.hidden_size / plan.tp
     if stage == 0:
         positions = model.learned_position_embeddings * model.hidden_size

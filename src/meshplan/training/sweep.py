@@ -44,19 +44,85 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
 
 def run_sweep(models: Iterable[str], gpus: Iterable[str], sizes: Iterable[int],
               seq_lens: Iterable[int], *, global_batch_tokens: int, framework: str, out: Path,
-              workers: int, progress: Callable[[], None] | None = None) -> list[dict]:
-    """Search every cell with a process pool and write the rows to `out` (CSV)."""
+              workers: int, progress: Callable[[], None] | None = None, backend: str = "local",
+              address: str | None = None, chunk: int | None = None) -> list[dict]:
+    """Search every cell and write the rows to `out` (CSV): each row is appended as its task
+    finishes (a crash keeps every finished row), then the file is rewritten in grid order.
+    `backend` "local" uses a process pool of `workers`; "ray" sends tasks of `chunk` cells to a
+    Ray cluster (`address`, or a local Ray with `workers` CPUs), retrying a failed task once."""
     cells = list(itertools.product(models, gpus, sizes, seq_lens))
-    rows = []
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(sweep_cell, c, global_batch_tokens, framework) for c in cells]
-        for future in as_completed(futures):
-            rows.append(future.result())
-            if progress:
-                progress()
-    rows.sort(key=lambda r: (r["model"], r["gpu"], r["num_gpus"], r["seq_len"]))
+    chunk = chunk or max(1, min(CHUNK_MAX, -(-len(cells) // (4 * max(workers, 1)))))
+    tasks = [cells[i:i + chunk] for i in range(0, len(cells), chunk)]
+    rows: list[dict] = []
     with open(out, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
+
+        def take(done: list[dict]) -> None:
+            writer.writerows(done)
+            handle.flush()
+            rows.extend(done)
+            for _ in done:
+                if progress:
+                    progress()
+
+        run = _ray_tasks if backend == "ray" else _local_tasks
+        run(tasks, (global_batch_tokens, framework), workers, take, address)
+    rows.sort(key=lambda r: (r["model"], r["gpu"], r["num_gpus"], r["seq_len"]))
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    with open(tmp, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
         writer.writerows(rows)
+    tmp.replace(out)
     return rows
+
+
+CHUNK_MAX = 200
+"""Most cells one task searches (a few hundred searches per Ray task amortise its overhead)."""
+
+
+def sweep_chunk(cells: list, global_batch_tokens: int, framework: str) -> list[dict]:
+    """Search a list of cells (one task)."""
+    return [sweep_cell(c, global_batch_tokens, framework) for c in cells]
+
+
+def _failed(cells: list, why: str) -> list[dict]:
+    """Rows saying that the task holding `cells` failed twice."""
+    return [{"model": m, "gpu": g, "num_gpus": n, "seq_len": s, "status": f"error: task failed twice: {why}"}
+            for m, g, n, s in cells]
+
+
+def _local_tasks(tasks: list, args: tuple, workers: int, take: Callable, address: str | None) -> None:
+    """Run the tasks in a process pool, retrying a failed one once."""
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(sweep_chunk, t, *args): (t, 0) for t in tasks}
+        while futures:
+            for future in as_completed(list(futures)):
+                cells, tries = futures.pop(future)
+                try:
+                    take(future.result())
+                except Exception as exc:  # a crashed worker or an unexpected error: retry once
+                    if tries:
+                        take(_failed(cells, repr(exc)))
+                    else:
+                        futures[pool.submit(sweep_chunk, cells, *args)] = (cells, 1)
+                break
+
+
+def _ray_tasks(tasks: list, args: tuple, workers: int, take: Callable, address: str | None) -> None:
+    """Run the tasks as Ray tasks, streaming each result as it finishes; retry a failure once."""
+    from meshplan.training.sweep_ray import ray_session
+
+    with ray_session(address, workers) as remote:
+        pending = {remote.remote(t, *args): (t, 0) for t in tasks}
+        while pending:
+            ready, _ = remote.wait(list(pending), num_returns=1)
+            cells, tries = pending.pop(ready[0])
+            try:
+                take(remote.get(ready[0]))
+            except Exception as exc:  # a task error or a lost worker: retry once, then report
+                if tries:
+                    take(_failed(cells, repr(exc)))
+                else:
+                    pending[remote.remote(cells, *args)] = (cells, 1)

@@ -8,7 +8,11 @@ from dataclasses import asdict, dataclass
 from meshplan.errors import ConfigError
 from meshplan.training.choose import best_plan
 from meshplan.validate.schema import Record
-from meshplan.validate.serving_records import SERVING_METRICS, predict_serving, serving_case
+from meshplan.validate.serving_records import (
+    SERVING_METRICS,
+    predict_serving,
+    serving_case,
+)
 from meshplan.validate.training_records import training_case
 
 GIB = 2**30
@@ -62,19 +66,48 @@ def serving_rows(record: Record) -> list[Row]:
             for k, v in measured.items() if v and predicted[k] == predicted[k]]
 
 
-def predict(records: list[Record], progress=None) -> tuple[list[Row], list[Skip]]:
+MAX_WORKERS = 32
+"""Most processes validate forks, whatever --workers asks (one per record at most)."""
+
+
+def record_rows(record: Record) -> list[Row] | Skip:
+    """The rows of one record, or why it cannot be predicted."""
+    try:
+        return serving_rows(record) if record.kind == "serving" else training_rows(record)
+    except ConfigError as exc:
+        return Skip(record.id, f"plan not representable: {exc}")
+
+
+def predict(records: list[Record], progress=None, workers: int = 1) -> tuple[list[Row], list[Skip]]:
     """Rows for every record meshplan can represent; skips with a specific reason otherwise.
-    `progress(done, total)` hears of each record."""
-    rows: list[Row] = []
-    skips: list[Skip] = []
-    for done, record in enumerate(records):
-        if progress is not None:
-            progress(done, len(records))
-        try:
-            rows += serving_rows(record) if record.kind == "serving" else training_rows(record)
-        except ConfigError as exc:
-            skips.append(Skip(record.id, f"plan not representable: {exc}"))
-    return rows, skips
+    `progress(done, total)` hears of each record. With `workers` > 1 the records are predicted
+    in that many forked processes (each record is independent; results keep the input order)."""
+    if workers > 1 and len(records) > 1:
+        results = _in_processes(records, progress, workers)
+    else:
+        results = []
+        for done, record in enumerate(records):
+            if progress is not None:
+                progress(done, len(records))
+            results.append(record_rows(record))
+    rows = [row for r in results if not isinstance(r, Skip) for row in r]
+    return rows, [r for r in results if isinstance(r, Skip)]
+
+
+def _in_processes(records: list[Record], progress, workers: int) -> list:
+    """record_rows over forked workers (fork keeps the active site profile and warm caches)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    results: list = [None] * len(records)
+    workers = min(workers, len(records), MAX_WORKERS)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {pool.submit(record_rows, r): i for i, r in enumerate(records)}
+        for done, future in enumerate(as_completed(futures)):
+            if progress is not None:
+                progress(done, len(records))
+            results[futures[future]] = future.result()
+    return results
 
 
 def error_stats(rel_errors: list[float]) -> dict:
