@@ -37,7 +37,7 @@ def test_ray_gives_the_process_pool_rows(tmp_path):
     assert layout(ray_rows) == layout(local)
 
 
-def flaky(cells, global_batch_tokens, framework, _real=sweep.sweep_chunk):
+def flaky(cells, global_batch_tokens, framework, site=None, _real=sweep.sweep_chunk):
     """Fails the first attempt at gpt2 on 16 GPUs (a marker file remembers across processes),
     and every attempt at gpt2 on 8 GPUs."""
     model, _, gpus, _ = cells[0]
@@ -47,7 +47,7 @@ def flaky(cells, global_batch_tokens, framework, _real=sweep.sweep_chunk):
     if model == "gpt2" and gpus == 16 and not marker.exists():
         marker.write_text("tried")
         raise RuntimeError("worker lost")
-    return _real(cells, global_batch_tokens, framework)
+    return _real(cells, global_batch_tokens, framework, site)
 
 
 def test_a_failed_task_is_retried_once_then_reported(tmp_path, monkeypatch):
@@ -68,3 +68,20 @@ def test_rows_are_on_disk_as_tasks_finish(tmp_path, monkeypatch):
     sweep.run_sweep(*GRID, global_batch_tokens=2**20, framework="megatron", out=tmp_path / "local.csv",
                     workers=2, backend="local", chunk=1, progress=progress)
     assert seen == [1, 2, 3, 4]  # each finished row is in the file before the next one arrives
+
+
+@pytest.mark.parametrize("backend, workers", [("local", 1), ("local", 2), ("ray", 2)])
+def test_serve_sweep_rates_are_the_same_on_every_backend(backend, workers):
+    if backend == "ray":
+        pytest.importorskip("ray")
+    from typer.testing import CliRunner
+
+    from meshplan.cli.app import app
+
+    args = ["serve", "sweep", "--model", "llama-3.2-1b", "--gpu", "h100-sxm-80gb", "--rates", "2,8,4",
+            "--num-requests", "60", "--quiet"]
+    runner = CliRunner()
+    base = runner.invoke(app, args).stdout
+    again = runner.invoke(app, [*args, "--backend", backend, "--workers", str(workers)])
+    assert again.exit_code == 0, again.output
+    assert again.stdout == base and base.index(" 2.0 ") < base.index(" 4.0 ") < base.index(" 8.0 ")

@@ -12,15 +12,24 @@ from rich import box
 from rich.table import Table
 
 from meshplan.cli import options as opt
-from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
+from meshplan.cli.common import (
+    QUIET,
+    console,
+    finish,
+    print_json,
+    progress,
+    show_progress,
+    user_errors,
+    with_site,
+)
 from meshplan.cli.serve import build_serving_plan, build_workload, serve_app
 from meshplan.errors import ConfigError
-from meshplan.userfiles import parse_yaml, read_text
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
 from meshplan.serving.capacity import Targets, at_rate
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.search import Space
+from meshplan.userfiles import parse_yaml, read_text
 
 
 def _targets(ttft, tpot, e2e, percentile) -> Targets:
@@ -121,10 +130,13 @@ def sweep_cmd(
     output_len: int = typer.Option(None), burstiness: float = typer.Option(None),
     num_requests: int = typer.Option(800), seed: int = typer.Option(0),
     csv_out: Path = typer.Option(None, "--csv", help="Also write the curve as CSV."),
+    workers: int = typer.Option(1, "--workers", help="Rates simulated in parallel (processes, or CPUs of a local Ray)."),
+    backend: str = typer.Option("local", "--backend", help="local (processes) or ray (the ray extra)."),
+    address: str = typer.Option(None, "--address", help="Ray cluster address for --backend ray."),
     quiet: bool = QUIET,
 ) -> None:
     """Latency and throughput over request rates: the latency-throughput curve of one deployment."""
-    from meshplan.serving.simulate import simulate
+    from meshplan.serving.rate_sweep import sweep_rates
 
     try:
         values = [float(x) for x in rates.split(",") if x.strip()]
@@ -138,16 +150,10 @@ def sweep_cmd(
                               decode_gpus=None, prefill_tp=None, decode_tp=None)
     unit, _ = _unit_workload(None, None, "stop", seed, 1.0, num_requests=num_requests, dataset=dataset,
                              input_len=input_len, output_len=output_len, burstiness=burstiness)
-    spec, cluster = load_model(model), Cluster.build(gpu, plan.num_gpus)
-    rows = []
+    load_model(model), Cluster.build(gpu, plan.num_gpus)  # bad names fail here, before any worker
     with progress("sweeping rates", show_progress(quiet)) as update:
-        for done, rate in enumerate(values):
-            update(done, len(values))
-            m = simulate(spec, cluster, plan, at_rate(unit, rate)).metrics
-            rows.append({"request_rate": rate, "requests_per_s": m.requests_per_s,
-                         "output_tokens_per_s": m.output_tokens_per_s,
-                         **{f"{k}_{p}": getattr(getattr(m, k), p) for k in ("ttft_ms", "tpot_ms", "e2e_ms")
-                            for p in ("p50", "p90", "p99")}})
+        rows = sweep_rates(model, gpu, plan, unit, values, backend=backend, workers=workers,
+                           address=address, progress=update)
     _print_sweep(rows)
     if csv_out:
         with csv_out.open("w", newline="") as f:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import itertools
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+
+from meshplan.parallel import run_tasks
+from meshplan.site import active_site
 
 COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "status", "tp", "pp", "vpp", "cp", "ep",
            "micro_batch_size", "recompute", "dp_sharding", "tokens_per_s_per_gpu", "mfu",
@@ -66,8 +68,10 @@ def run_sweep(models: Iterable[str], gpus: Iterable[str], sizes: Iterable[int],
                 if progress:
                     progress()
 
-        run = _ray_tasks if backend == "ray" else _local_tasks
-        run(tasks, (global_batch_tokens, framework), workers, take, address)
+        site = active_site()
+        run_tasks(sweep_chunk, [(t, global_batch_tokens, framework, site) for t in tasks], take,
+                  lambda task, exc: take(_failed(task[0], repr(exc))), backend=backend,
+                  workers=workers, address=address)
     rows.sort(key=lambda r: (r["model"], r["gpu"], r["num_gpus"], r["seq_len"]))
     tmp = out.with_suffix(out.suffix + ".tmp")
     with open(tmp, "w", newline="") as handle:
@@ -82,8 +86,11 @@ CHUNK_MAX = 200
 """Most cells one task searches (a few hundred searches per Ray task amortise its overhead)."""
 
 
-def sweep_chunk(cells: list, global_batch_tokens: int, framework: str) -> list[dict]:
-    """Search a list of cells (one task)."""
+def sweep_chunk(cells: list, global_batch_tokens: int, framework: str, site=None) -> list[dict]:
+    """Search a list of cells (one task), under the site profile the sweep was started with."""
+    from meshplan.site import use_site
+
+    use_site(site)
     return [sweep_cell(c, global_batch_tokens, framework) for c in cells]
 
 
@@ -91,38 +98,3 @@ def _failed(cells: list, why: str) -> list[dict]:
     """Rows saying that the task holding `cells` failed twice."""
     return [{"model": m, "gpu": g, "num_gpus": n, "seq_len": s, "status": f"error: task failed twice: {why}"}
             for m, g, n, s in cells]
-
-
-def _local_tasks(tasks: list, args: tuple, workers: int, take: Callable, address: str | None) -> None:
-    """Run the tasks in a process pool, retrying a failed one once."""
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(sweep_chunk, t, *args): (t, 0) for t in tasks}
-        while futures:
-            for future in as_completed(list(futures)):
-                cells, tries = futures.pop(future)
-                try:
-                    take(future.result())
-                except Exception as exc:  # a crashed worker or an unexpected error: retry once
-                    if tries:
-                        take(_failed(cells, repr(exc)))
-                    else:
-                        futures[pool.submit(sweep_chunk, cells, *args)] = (cells, 1)
-                break
-
-
-def _ray_tasks(tasks: list, args: tuple, workers: int, take: Callable, address: str | None) -> None:
-    """Run the tasks as Ray tasks, streaming each result as it finishes; retry a failure once."""
-    from meshplan.training.sweep_ray import ray_session
-
-    with ray_session(address, workers) as remote:
-        pending = {remote.remote(t, *args): (t, 0) for t in tasks}
-        while pending:
-            ready, _ = remote.wait(list(pending), num_returns=1)
-            cells, tries = pending.pop(ready[0])
-            try:
-                take(remote.get(ready[0]))
-            except Exception as exc:  # a task error or a lost worker: retry once, then report
-                if tries:
-                    take(_failed(cells, repr(exc)))
-                else:
-                    pending[remote.remote(cells, *args)] = (cells, 1)
