@@ -76,8 +76,22 @@ def layer_split(model: ModelSpec, i: int, plan: ResolvedPlan) -> tuple[float, fl
     return dense, lp.routed_experts / (plan.ep * plan.etp)
 
 
+_STAGE_CACHE: list = [None, None, {}]
+"""[model, plan, {stage: StageParams}] of the plan last asked: the memory model, the DP traffic
+and the optimizer step each ask for the same stages."""
+
+
 def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
     """Parameters per GPU on pipeline stage `stage`, including embedding and LM head."""
+    if _STAGE_CACHE[0] is not model or _STAGE_CACHE[1] is not plan:
+        _STAGE_CACHE[:] = [model, plan, {}]
+    hit = _STAGE_CACHE[2].get(stage)
+    if hit is None:
+        hit = _STAGE_CACHE[2][stage] = _stage_params(model, plan, stage)
+    return hit
+
+
+def _stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
     dense = expert = unit = 0.0
     kinds = layer_kinds(model)
     for kind, n in Counter(kinds[i] for i in plan.stage_layers(stage)).items():  # equal layers split alike
