@@ -59,6 +59,49 @@ class Replica:
 
     # ------------------------------------------------------------------ scheduling
 
+    def skip_decodes(self, now: float, horizon: float) -> tuple[float, int]:
+        """Run, without the event loop, the pure-decode iterations that would end before
+        `horizon` (the next event that could reach this replica): nothing prefills, the
+        waiting queue would admit nothing, every step's blocks fit and no request finishes.
+        Each is the iteration `start` and `finish` would run (the same cost-model call, blocks,
+        token times and log row), so results are unchanged (tests/test_serving_skip.py);
+        returns (the time the last one ended, how many ran)."""
+        d, ran = self.decode, 0
+        if (self.prefilling or self.recorded is not None or self.cfg.speculative_tokens
+                or d.tokens_per_step != 1.0):
+            return now, 0
+        while d.count and d.step not in d.finishing:
+            count, need = d.count, d.blocks_needed()
+            t = self.cost(count, count, count, d.context_tokens(), 0, 0, count)
+            if now + t >= horizon or need > self.pool.available() or not self._nothing_to_admit(need):
+                return now, ran
+            self.pool.allocate(need)
+            d.grown_for = d.step
+            self.decode_end_s.append(now + t)
+            d.advance()
+            self.log.append(self.index, now, now + t, 0, count, len(self.running), 0,
+                            self.pool.used, self.pool.total, preempted=0, kind="decode")
+            now, ran = now + t, ran + 1
+        return now, ran
+
+    def _nothing_to_admit(self, need: int) -> bool:
+        """Whether the next step's scheduling would leave the waiting queue as it is, its
+        decodes growing by `need` blocks first (the checks `start` makes, in its order)."""
+        if not self.waiting or len(self.running) >= self.cfg.max_num_seqs:
+            return True
+        seq = self.waiting[0]
+        if seq.prefilled:  # _admit_arrived, before the step's blocks are grown
+            return self._blocks_to_admit(seq) > self.pool.available()
+        free = self._free_for_admission() - need
+        if not self.cfg.mixed_batches:  # SGLang's prefill batch (_prefill_fits)
+            return self._blocks_to_admit(seq) > free
+        budget = self.cfg.max_num_batched_tokens - self.decode.count
+        if budget <= 0 or self._blocks_to_admit(seq) > free:
+            return True
+        hit = self._prefix_hit(seq)
+        n = min(seq.prompt - hit * self.pool.hash_tokens, budget)
+        return n < seq.prompt - hit * self.pool.hash_tokens and not self.cfg.chunked_prefill
+
     def start(self, now: float) -> float | None:
         """Schedule one iteration at `now`; returns its end time, or None when idle."""
         self._chunks, self._preempted, self._start = [], 0, now

@@ -9,6 +9,7 @@ Deterministic: the workload carries its own seed and ties break by insertion ord
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -103,7 +104,8 @@ class Simulation:
         while self.heap:
             now, _, kind, payload = heapq.heappop(self.heap)
             if kind == ARRIVAL:
-                self._arrive(payload, now)
+                upcoming = reqs[payload + 1].arrival_s if not closed and payload + 1 < total else math.inf
+                self._arrive(payload, now, upcoming)
                 if not closed and payload + 1 < total:
                     self._push(reqs[payload + 1].arrival_s, ARRIVAL, payload + 1)
             elif kind == ITERATION:
@@ -124,18 +126,23 @@ class Simulation:
                                 iterations=self.iterations, simulated_s=now,
                                 wall_s=time.perf_counter() - wall)
 
-    def _arrive(self, index: int, now: float) -> None:
+    def _arrive(self, index: int, now: float, upcoming: float = math.inf) -> None:
         req = self.workload.requests[index]
         arrival = now if self.workload.concurrency else req.arrival_s
         record = RequestRecord(id=req.id, arrival_s=arrival, input_len=req.input_len, output_len=req.output_len)
         replica = self.entry.pick(req)
         replica.add(Seq(req, record))
-        self._kick(replica, now)
+        self._kick(replica, now, upcoming)
 
-    def _kick(self, replica: Replica, now: float) -> None:
-        """Start an iteration on an idle replica that has work."""
+    def _kick(self, replica: Replica, now: float, horizon: float = math.inf) -> None:
+        """Start an iteration on an idle replica that has work: first the pure-decode steps that
+        end before the next event (`horizon`, or the heap's next), run in place."""
         if replica.busy:
             return
+        if self.heap:
+            horizon = min(horizon, self.heap[0][0])
+        now, skipped = replica.skip_decodes(now, horizon)
+        self.iterations += skipped
         end = replica.start(now)
         if end is not None:
             self._push(end, ITERATION, replica)
@@ -149,7 +156,8 @@ class Simulation:
         for seq in replica.handoff:
             self._transfer(seq, now)
         replica.handoff.clear()
-        self._kick(replica, now)
+        # a closed loop sends the finished clients' next requests at `now`, after this kick
+        self._kick(replica, now, now if done and self.workload.concurrency else math.inf)
         return done
 
     def _log_transfer(self, seq: Seq, start: float, end: float, target: Replica) -> None:

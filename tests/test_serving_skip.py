@@ -1,0 +1,45 @@
+"""The simulator's decode fast-forward (Replica.skip_decodes) changes nothing: every scenario's
+metrics, iteration count and iteration log are identical with it switched off."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from meshplan import Cluster, load_model
+from meshplan.serving.plan import Disaggregation, ServingPlan
+from meshplan.serving.replica import Replica
+from meshplan.serving.simulate import simulate
+from meshplan.serving.workload import WorkloadSpec, synthesize
+
+CASES = {
+    "offline vllm": (ServingPlan(), dict(num_requests=120, input_len=512, output_len=200)),
+    "poisson sharegpt": (ServingPlan(), dict(num_requests=120, arrival="poisson", request_rate=6.0, dataset="sharegpt")),
+    "closed loop": (ServingPlan(), dict(num_requests=100, arrival="concurrency", concurrency=12, input_len=800, output_len=150)),
+    "sglang tp2": (ServingPlan(engine="sglang", tp=2), dict(num_requests=120, input_len=1500, output_len=300)),
+    "trtllm reserve": (ServingPlan(engine="tensorrt-llm", engine_version="0.13", tp=2),
+                       dict(num_requests=100, input_len=128, output_len=600)),
+    "disaggregated": (ServingPlan(disaggregated=Disaggregation(prefill_gpus=1, decode_gpus=1)),
+                      dict(num_requests=80, arrival="poisson", request_rate=8.0, input_len=400, output_len=150)),
+    "prefix sharing, kv pressure": (ServingPlan(max_num_seqs=256), dict(num_requests=150, input_len=3000, output_len=600,
+                                                                       shared_prefix_len=1000, num_prefixes=3)),
+    "pipeline": (ServingPlan(tp=2, pp=2), dict(num_requests=80, input_len=600, output_len=300)),
+}
+
+
+def run(plan: ServingPlan, spec: dict):
+    model = load_model("llama-3.1-8b")
+    cluster = Cluster.build("h100-sxm-80gb", max(plan.num_gpus, 1))
+    return simulate(model, cluster, plan, synthesize(WorkloadSpec(**spec), seed=3))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fast_forward_is_exact(case, monkeypatch):
+    plan, spec = CASES[case]
+    fast = run(plan, spec)
+    monkeypatch.setattr(Replica, "skip_decodes", lambda self, now, horizon: (now, 0))
+    slow = run(plan, spec)
+    assert fast.iterations == slow.iterations
+    assert fast.metrics == slow.metrics
+    for column in ("start_s", "end_s", "decode_seqs", "kv_used_blocks", "kind"):
+        assert np.array_equal(fast.log.column(column), slow.log.column(column)), column
