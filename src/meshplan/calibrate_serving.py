@@ -89,11 +89,13 @@ def _record_schedule(fc: FitCase) -> None:
         r.recorded = None
 
 
-def replay(fc: FitCase, k: EngineConstants) -> dict[str, float]:
-    """The offline metrics of a recorded schedule priced with constants `k`."""
+def replay(fc: FitCase, k: EngineConstants, device: float | None = None) -> dict[str, float]:
+    """The offline metrics of a recorded schedule priced with constants `k` (and, when given,
+    another device-time multiplier than the recorded one: a site profile's)."""
     makespan, ttft = 0.0, []
     for calls, firsts, cost in zip(fc.calls, fc.first_iter, fc.costs):
-        priced = IterationCost(cost.model, cost.cluster, cost.plan, cost.kv, k, cost.graphs, cost.device)
+        priced = IterationCost(cost.model, cost.cluster, cost.plan, cost.kv, k, cost.graphs,
+                               cost.device if device is None else device)
         ends = np.cumsum(priced.batch(calls)) if len(calls) else np.zeros(0)
         makespan = max(makespan, float(ends[-1]) if len(ends) else 0.0)
         ttft.append(ends[firsts] if len(firsts) else np.zeros(0))

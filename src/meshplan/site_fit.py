@@ -119,22 +119,10 @@ def serving_errors(fc) -> dict[str, float]:
 
     engine, device = with_site(engine_constants(fc.engine), fc.case.cluster.gpu.name)
     if fc.calls is not None:
-        costs = fc.costs
-        fc.costs = [_scaled(c, device) for c in costs]
-        predicted = cs.replay(fc, engine)
-        fc.costs = costs
+        predicted = cs.replay(fc, engine, device)
     else:
         predicted = cs.predict_serving(fc.case)
     return {m: predicted[m] / v - 1 for m, v in fc.measured.items() if predicted.get(m) == predicted.get(m)}
-
-
-def _scaled(cost, device: float):
-    """A copy of an iteration cost model with another device-time multiplier."""
-    from copy import copy
-
-    out = copy(cost)
-    out.device = device
-    return out
 
 
 @dataclass(frozen=True, slots=True)

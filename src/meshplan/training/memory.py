@@ -21,6 +21,7 @@ from meshplan.training.schedules import in_flight_chunks
 from meshplan.training.states import (
     SHARDED_STATES,
     StageParams,
+    plan_memo,
     stage_params,
     state_bytes,
 )
@@ -110,20 +111,14 @@ def _stored_layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, recomp
     return 0.0 if plan.offload_activations else full
 
 
-_PLAN_CACHE: list = [None, None, {}]
-"""[model, plan, {(layer kind, selective): bytes}] of the plan being estimated: its pipeline
-stages ask for the same layer kinds again."""
-
-
 def _layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, selective: bool = False) -> float:
     """act.layer_activation_bytes of layer `index`, once per layer kind per plan."""
-    if _PLAN_CACHE[0] is not model or _PLAN_CACHE[1] is not plan:
-        _PLAN_CACHE[:] = [model, plan, {}]
-    key = (layer_kinds(model)[index], selective)
-    cache = _PLAN_CACHE[2]
-    if key not in cache:
-        cache[key] = act.layer_activation_bytes(model.layers[key[0]], model, plan, selective=selective)
-    return cache[key]
+    memo = plan_memo(model, plan)
+    kind = layer_kinds(model)[index]
+    key = ("layer_bytes", kind, selective)
+    if key not in memo:
+        memo[key] = act.layer_activation_bytes(model.layers[kind], model, plan, selective=selective)
+    return memo[key]
 
 
 def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[int, ...]) -> float:

@@ -76,19 +76,26 @@ def layer_split(model: ModelSpec, i: int, plan: ResolvedPlan) -> tuple[float, fl
     return dense, lp.routed_experts / (plan.ep * plan.etp)
 
 
-_STAGE_CACHE: list = [None, None, {}]
-"""[model, plan, {stage: StageParams}] of the plan last asked: the memory model, the DP traffic
-and the optimizer step each ask for the same stages."""
+_PLAN_MEMO: list = [None, None, {}]
+"""[model, plan, {key: value}] of the plan last costed (identity-keyed; plans are immutable)."""
+
+
+def plan_memo(model: ModelSpec, plan: ResolvedPlan) -> dict:
+    """A scratch dict for values of the plan being costed, emptied when another plan comes: the
+    memory model, the DP traffic and the optimizer step ask for the same stages and layer kinds
+    again and again."""
+    if _PLAN_MEMO[0] is not model or _PLAN_MEMO[1] is not plan:
+        _PLAN_MEMO[:] = [model, plan, {}]
+    return _PLAN_MEMO[2]
 
 
 def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
     """Parameters per GPU on pipeline stage `stage`, including embedding and LM head."""
-    if _STAGE_CACHE[0] is not model or _STAGE_CACHE[1] is not plan:
-        _STAGE_CACHE[:] = [model, plan, {}]
-    hit = _STAGE_CACHE[2].get(stage)
-    if hit is None:
-        hit = _STAGE_CACHE[2][stage] = _stage_params(model, plan, stage)
-    return hit
+    memo = plan_memo(model, plan)
+    key = ("stage_params", stage)
+    if key not in memo:
+        memo[key] = _stage_params(model, plan, stage)
+    return memo[key]
 
 
 def _stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
