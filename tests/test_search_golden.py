@@ -27,7 +27,7 @@ CASES = {
 def ranked(model: str, gpus: int, seq: int, batch: int, framework: str) -> list[dict]:
     result = search(load_model(model), Cluster.build("h100-sxm-80gb", gpus),
                     TrainingPlan(seq_len=seq, global_batch_size=batch, framework=framework), {}, top=10)
-    return [{"layout": [e.plan.tp, e.plan.pp, e.plan.vpp, e.plan.cp, e.plan.ep, e.plan.micro_batch_size,
+    return [{"layout": [e.plan.tp, e.plan.pp, e.plan.vpp, e.plan.cp, e.plan.ep, e.plan.etp, e.plan.micro_batch_size,
                         e.plan.recompute, e.plan.dp_sharding, e.plan.offload_optimizer],
              "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
              "peak_bytes": e.memory.peak_stage.allocator_bytes} for e in result.ranked]

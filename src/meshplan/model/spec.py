@@ -145,12 +145,16 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         """True when any layer routes tokens to experts."""
-        return any(isinstance(layer.mlp, MoEMLP) for layer in self.layers)
+        from meshplan.model.counts import layer_kinds  # distinct layers, cached per model
+
+        return any(isinstance(self.layers[k].mlp, MoEMLP) for k in set(layer_kinds(self)))
 
     @property
     def uses_mla(self) -> bool:
         """True when the attention is multi-head latent attention."""
-        return any(layer.attention.mla is not None for layer in self.layers)
+        from meshplan.model.counts import layer_kinds
+
+        return any(self.layers[k].attention.mla is not None for k in set(layer_kinds(self)))
 
     # Derived quantities (computed in meshplan.model.counts).
 

@@ -147,10 +147,39 @@ def saved_tensors(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan) -> lis
     return PROFILES[profile_name(plan)](layer, model, plan)
 
 
+NOT_ACTIVATION_FIELDS = frozenset({
+    "dp", "pp", "vpp", "ep", "shard_group", "expert_dp", "global_batch_size", "num_microbatches",
+    "chunk_layers", "dp_sharding", "schedule", "recompute", "recompute_num_layers",
+    "offload_activations", "offload_optimizer", "optimizer", "rank_order", "tp_comm_overlap",
+    "chosen", "warnings"})
+"""Resolved-plan fields a layer's saved tensors do not depend on (recompute and offload act on
+the result in `memory`). A field missing here is part of the cache key: a new plan field is
+assumed to matter until listed."""
+_BYTES_CACHE: dict = {}
+
+
+def _activation_key(plan: ResolvedPlan) -> tuple:
+    return tuple(getattr(plan, f) for f in plan.__dataclass_fields__ if f not in NOT_ACTIVATION_FIELDS)
+
+
 def layer_activation_bytes(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan,
                            selective: bool = False) -> float:
     """Bytes one layer saves for one micro-batch on one GPU, without recompute or under the
-    framework's selective policy."""
+    framework's selective policy (cached across plans that differ only in other fields: a plan
+    search asks again for every pipeline depth and sharding)."""
+    key = (id(layer), id(model), selective, _activation_key(plan))
+    hit = _BYTES_CACHE.get(key)
+    if hit is not None and hit[0] is layer and hit[1] is model:
+        return hit[2]
+    value = _layer_activation_bytes(layer, model, plan, selective)
+    if len(_BYTES_CACHE) > 4096:
+        _BYTES_CACHE.clear()
+    _BYTES_CACHE[key] = (layer, model, value)
+    return value
+
+
+def _layer_activation_bytes(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan,
+                            selective: bool) -> float:
     tokens = plan.micro_batch_size * plan.seq_len / plan.cp
     keys = plan.seq_len  # eager attention materialises every key of the sequence
     routed = routed_tokens_per_token(layer, plan)

@@ -10,8 +10,11 @@ from meshplan.training.constants import TrainingConstants
 from meshplan.training.context import CostContext, cost_context
 from meshplan.training.memory import MemoryEstimate, estimate_memory
 from meshplan.training.plan import QUANTIZED
-from meshplan.training.pipeline_sim import PipelineResult, StageTimes, simulate_pipeline
+from meshplan.training.pipeline_sim import (
+    PipelineResult, StageTimes, simulate_pipeline, step_lower_bound,
+)
 from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.states import stage_signatures
 from meshplan.training.step import ChunkTime, chunk_times, dp_seconds, optimizer_seconds, p2p_seconds
 
 
@@ -46,12 +49,15 @@ def _stage_times(ctx: CostContext, chunks: list[ChunkTime]) -> list[StageTimes]:
 
 
 def _dp_and_optimizer(ctx: CostContext, chunks: list[ChunkTime]) -> tuple[float, float, float]:
-    """(dp total, dp exposed, optimizer) of the slowest stage."""
+    """(dp total, dp exposed, optimizer) of the slowest stage (each stage signature once)."""
     worst = (0.0, 0.0, 0.0)
     p = ctx.plan
-    for s in range(p.pp):
-        mine = chunks[s::p.pp]
-        backward = sum(c.backward_s for c in mine)
+    seen: set = set()
+    for s, sig in enumerate(stage_signatures(ctx.model, p)):
+        if sig in seen:
+            continue
+        seen.add(sig)
+        backward = sum(c.backward_s for c in chunks[s::p.pp])
         window = backward * (p.num_microbatches if p.dp_sharding == "full" else 1)
         total, exposed = dp_seconds(ctx, s, window)
         opt = optimizer_seconds(ctx, s, backward)
@@ -84,15 +90,42 @@ def _breakdown(ctx: CostContext, chunks, pipe: PipelineResult, dp, opt) -> dict[
             "cpu_offload": opt if p.offload_optimizer else 0.0, "other": ctx.k.step_overhead_s}
 
 
-def estimate_step(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
-                  with_events: bool = False, constants: TrainingConstants | None = None,
-                  with_memory: bool = True) -> StepEstimate:
-    """Predict one optimizer step of `plan` for `model` on `cluster`."""
+@dataclass(frozen=True, slots=True)
+class StepParts:
+    """Everything of a step estimate but the pipeline simulation: what a search needs to bound
+    a plan's step time before deciding to simulate it."""
+
+    ctx: CostContext
+    chunks: list[ChunkTime]
+    stages: list[StageTimes]
+    p2p_s: float
+    dp_exposed_s: float
+    optimizer_s: float
+
+    def lower_bound_s(self) -> float:
+        """A lower bound on the step time `estimate_from_parts` returns (see step_lower_bound)."""
+        p = self.ctx.plan
+        pipe = step_lower_bound(p.schedule, self.stages, p.num_microbatches, self.p2p_s)
+        return pipe + self.dp_exposed_s + self.optimizer_s + self.ctx.k.step_overhead_s
+
+
+def step_parts(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
+               constants: TrainingConstants | None = None) -> StepParts:
+    """Chunk times, stage times, p2p, exposed DP and optimizer time of `plan`."""
     ctx = cost_context(model, plan, cluster, constants)
     chunks = chunk_times(ctx)
-    pipe = simulate_pipeline(plan.schedule, _stage_times(ctx, chunks), plan.num_microbatches,
-                             p2p_seconds(ctx), with_events=with_events)
     _, dp_exposed, opt = _dp_and_optimizer(ctx, chunks)
+    return StepParts(ctx, chunks, _stage_times(ctx, chunks), p2p_seconds(ctx), dp_exposed, opt)
+
+
+def estimate_from_parts(parts: StepParts, with_events: bool = False,
+                        with_memory: bool = True) -> StepEstimate:
+    """Simulate the pipeline of `parts` and assemble the StepEstimate."""
+    ctx, plan = parts.ctx, parts.ctx.plan
+    model, cluster = ctx.model, ctx.cluster
+    pipe = simulate_pipeline(plan.schedule, parts.stages, plan.num_microbatches, parts.p2p_s,
+                             with_events=with_events)
+    dp_exposed, opt = parts.dp_exposed_s, parts.optimizer_s
     step = pipe.step_time_s + dp_exposed + opt + ctx.k.step_overhead_s
     model_flops, hw_flops = _flops(model, plan)
     peak = cluster.gpu.peak_flops("bf16" if ctx.gemm_dtype in QUANTIZED else ctx.gemm_dtype)
@@ -101,7 +134,15 @@ def estimate_step(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
         plan=plan, step_time_s=step,
         tokens_per_s_per_gpu=plan.global_batch_size * plan.seq_len / step / gpus,
         mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
-        breakdown=_breakdown(ctx, chunks, pipe, dp_exposed, opt), pipeline=pipe,
+        breakdown=_breakdown(ctx, parts.chunks, pipe, dp_exposed, opt), pipeline=pipe,
         memory=estimate_memory(model, cluster, plan) if with_memory else None,
-        chunks=tuple(chunks),
+        chunks=tuple(parts.chunks),
     )
+
+
+def estimate_step(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
+                  with_events: bool = False, constants: TrainingConstants | None = None,
+                  with_memory: bool = True) -> StepEstimate:
+    """Predict one optimizer step of `plan` for `model` on `cluster`."""
+    return estimate_from_parts(step_parts(model, cluster, plan, constants), with_events,
+                               with_memory)

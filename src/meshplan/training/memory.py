@@ -10,12 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from meshplan.hardware import Cluster
 from meshplan.model.counts import layer_kinds
 from meshplan.model.spec import ModelSpec
 from meshplan.training import activations as act
-from meshplan.training.pipeline_orders import SCHEDULES as ORDERS
-from meshplan.training.pipeline_orders import F, W, decode
+from meshplan.training.pipeline_orders import F, W, cached_orders, decode
 from meshplan.training.resolve import ResolvedPlan
 from meshplan.training.schedules import in_flight_chunks
 from meshplan.training.states import (
@@ -23,6 +24,7 @@ from meshplan.training.states import (
     StageParams,
     plan_memo,
     stage_params,
+    stage_signatures,
     state_bytes,
 )
 
@@ -136,29 +138,51 @@ def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[in
     return total
 
 
-@lru_cache(maxsize=32)
-def _orders(schedule: str, pp: int, vpp: int, m: int) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(order) for order in ORDERS[schedule].orders(pp, vpp, m))
-
-
-def _walk_peak(order: tuple[int, ...], pp: int, vpp: int, chunk_bytes: list[float],
-               head_bytes: float) -> tuple[float, int, int]:
-    """Walk one stage's op order (a forward keeps its chunk's activations, its backward frees
-    them); at the peak of activations plus held logits: (activation bytes, chunks alive, logits
-    held). Logits belong to the stage's last chunk when `head_bytes` > 0."""
-    live = peak = act_at = 0.0
-    alive = alive_at = heads = heads_at = 0
-    for code in order:
+@lru_cache(maxsize=256)
+def _alive_counts(schedule: str, pp: int, vpp: int, m: int, stage: int) -> np.ndarray:
+    """After each op of `stage`'s order, how many micro-batches of each chunk have run their
+    forward but not yet their backward (rows: ops; columns: chunks)."""
+    counts = np.zeros((1, vpp))
+    steps = []
+    for code in cached_orders(schedule, pp, vpp, m)[stage]:
         kind, _, virtual = decode(code, pp * vpp)
         if kind == W:
             continue
-        c, sign = virtual // pp, (1 if kind == F else -1)
-        head = head_bytes > 0 and c == vpp - 1
-        live += sign * chunk_bytes[c]
-        alive, heads = alive + sign, heads + sign * head
-        if live + heads * head_bytes > peak:
-            peak, act_at, alive_at, heads_at = live + heads * head_bytes, live, alive, heads
-    return act_at, alive_at, heads_at
+        step = np.zeros(vpp)
+        step[virtual // pp] = 1 if kind == F else -1
+        steps.append(step)
+    counts = np.cumsum(np.array(steps), axis=0) if steps else counts
+    counts.setflags(write=False)
+    return counts
+
+
+def _walk_peak(alive: np.ndarray, chunk_bytes: list[float],
+               head_bytes: float) -> tuple[float, int, int]:
+    """At the peak of activations plus held logits over one stage's op order (a forward keeps
+    its chunk's activations, its backward frees them): (activation bytes, chunks alive, logits
+    held). Logits belong to the stage's last chunk when `head_bytes` > 0."""
+    weights = np.asarray(chunk_bytes, dtype=float)
+    live = alive @ weights
+    held = alive[:, -1] if head_bytes > 0 else np.zeros(len(alive))
+    total = live + held * head_bytes
+    k = int(np.argmax(total))
+    if total[k] <= 0.0:
+        return 0.0, 0, 0
+    return float(live[k]), int(alive[k].sum()), int(held[k])
+
+
+def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[list[float], float]:
+    """(stored bytes of each of the stage's chunks for one micro-batch, the backward working set
+    of its largest layer), once per stage signature."""
+    memo = plan_memo(model, plan)
+    key = ("chunk_bytes", stage_signatures(model, plan)[stage])
+    if key not in memo:
+        chunks = [c for k, c in enumerate(plan.chunk_layers) if k % plan.pp == stage]
+        kinds = layer_kinds(model)
+        distinct = {kinds[i] for c in chunks for i in c}
+        memo[key] = ([chunk_activation_bytes(model, plan, c) for c in chunks],
+                     max(_layer_bytes(model, plan, k) for k in distinct))
+    return memo[key]
 
 
 def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int,
@@ -168,18 +192,14 @@ def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int,
     One chunk per stage, or equal chunks off the last stage: the schedule's closed form. Uneven
     chunks (a first or last chunk lighter) or the LM head's chunk under virtual stages: walk the
     schedule's op order, since which chunks are alive at the peak then matters."""
-    chunks = [c for k, c in enumerate(plan.chunk_layers) if k % plan.pp == stage]
-    per_chunk = [chunk_activation_bytes(model, plan, c) for c in chunks]
-    kinds = layer_kinds(model)
-    distinct = {kinds[i] for c in chunks for i in c}
-    working = max(_layer_bytes(model, plan, k) for k in distinct)  # backward of one layer
+    per_chunk, working = _chunk_bytes(model, plan, stage)  # working: backward of one layer
     uniform = len(set(per_chunk)) == 1 and not (head_bytes and plan.vpp > 1)
     if plan.vpp == 1 or uniform:
         alive = in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)
         held = max(alive, 1) if head_bytes else 0
         return per_chunk[0] * alive + working, alive / plan.vpp, held
-    order = _orders(plan.schedule, plan.pp, plan.vpp, plan.num_microbatches)[stage]
-    stored, alive, held = _walk_peak(order, plan.pp, plan.vpp, per_chunk, head_bytes)
+    counts = _alive_counts(plan.schedule, plan.pp, plan.vpp, plan.num_microbatches, stage)
+    stored, alive, held = _walk_peak(counts, per_chunk, head_bytes)
     return stored + working, alive / plan.vpp, max(held, 1) if head_bytes else 0
 
 
@@ -213,17 +233,28 @@ def buffers_bytes(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> 
     return total
 
 
+def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
+    """(model states, logits bytes per held micro-batch, transient logits, buffers, layers) of
+    a stage: what does not depend on its place in the schedule, once per stage signature."""
+    memo = plan_memo(model, plan)
+    sig = stage_signatures(model, plan)[stage]
+    key = ("stage_static", sig)
+    if key not in memo:
+        params = stage_params(model, plan, stage)
+        held_bytes, transient = logits_bytes(model, plan, stage)
+        memo[key] = (model_states(params, model, plan), held_bytes, transient,
+                     buffers_bytes(params, model, plan), len(plan.stage_layers(stage)))
+    return memo[key]
+
+
 def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemory:
     """The peak memory breakdown of one GPU of `stage`."""
-    params = stage_params(model, plan, stage)
-    states = model_states(params, model, plan)
-    held_bytes, transient = logits_bytes(model, plan, stage)
+    states, held_bytes, transient, buffers, num_layers = _stage_static(model, plan, stage)
     acts, alive, held = stage_activations(model, plan, stage, held_bytes)
     logits = held_bytes * held + transient
-    buffers = buffers_bytes(params, model, plan)
     allocated = sum(states.values()) + acts + logits + buffers + WORKSPACE_BYTES
     return StageMemory(
-        stage=stage, num_layers=len(plan.stage_layers(stage)), in_flight_microbatches=alive,
+        stage=stage, num_layers=num_layers, in_flight_microbatches=alive,
         weights_bytes=states["weights"], gradients_bytes=states["gradients"],
         master_weights_bytes=states["master"], optimizer_bytes=states["optimizer"],
         activations_bytes=acts, logits_bytes=logits, buffers_bytes=buffers,
@@ -256,6 +287,14 @@ class MemoryEstimate:
     def fits(self) -> bool:
         """True when every stage fits in the GPU's memory."""
         return self.peak_bytes <= self.gpu_memory_bytes
+
+
+def fits_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> bool:
+    """`estimate_memory(...).fits`, stopping at the first stage that does not fit; the first
+    and last stages (most micro-batches in flight; the LM head) are checked first."""
+    capacity = float(cluster.gpu.hbm_bytes)
+    order = (0, plan.pp - 1, *range(1, plan.pp - 1)) if plan.pp > 1 else (0,)
+    return all(stage_memory(model, plan, s).total_bytes <= capacity for s in order)
 
 
 def estimate_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> MemoryEstimate:

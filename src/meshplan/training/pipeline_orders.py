@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 from meshplan.errors import ConfigError
 
@@ -52,6 +53,13 @@ def register_schedule(name: str, *, split_backward: bool = False) -> Callable[[O
         return fn
 
     return decorate
+
+
+@lru_cache(maxsize=64)
+def cached_orders(schedule: str, pp: int, vpp: int, m: int) -> tuple[tuple[int, ...], ...]:
+    """SCHEDULES[schedule].orders(pp, vpp, m) as tuples, built once per shape (a search asks
+    for the same few shapes hundreds of times)."""
+    return tuple(tuple(order) for order in SCHEDULES[schedule].orders(pp, vpp, m))
 
 
 def op_code(kind: int, microbatch: int, virtual_stage: int, num_virtual: int) -> int:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, replace
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.training.estimate import StepEstimate, estimate_step
-from meshplan.training.memory import estimate_memory
+from meshplan.training.estimate import StepEstimate, StepParts, estimate_from_parts, step_parts
+from meshplan.training.memory import estimate_memory, fits_memory
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.capabilities import GENERIC, capability, problems
 from meshplan.training.resolve import resolve_plan
@@ -58,6 +58,8 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
         "vpp": _axis(pinned.get("vpp"), (1, 2, 4, 8) if "pp" in cap.parallel else (1,)),
         "cp": sizes("cp", cps),
         "ep": sizes("ep", (1, 2, 4, 8, 16, 32, 64) if model.is_moe else (1,)),
+        "etp": _axis(pinned.get("etp"), (None, *(e for e in POWERS if e <= node))
+                     if model.is_moe and "ep" in cap.parallel else (None,)),
         "micro_batch_size": _axis(pinned.get("micro_batch_size"), (1, 2, 4, 8)),
         "recompute": _axis(pinned.get("recompute"), cap.recompute),
         "dp_sharding": _axis(pinned.get("dp_sharding"), cap.search_dp_sharding or cap.dp_sharding),
@@ -72,6 +74,8 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
             continue
         if chunks > model.num_layers:
             continue
+        if fields["etp"] is not None and (fields["etp"] >= fields["tp"] or fields["ep"] == 1):
+            continue  # etp defaults to tp; folding searches experts on fewer TP ranks (etp < tp)
         if fields["schedule"] == "zero-bubble" and (fields["pp"] == 1 or fields["vpp"] > 1):
             continue
         if fields["offload_optimizer"] and fields["dp_sharding"] == "optimizer":
@@ -105,7 +109,14 @@ OBJECTIVE_UNITS = {"throughput": "-tokens/s/GPU", "cost": "USD per million token
 def score(est: StepEstimate, objective: str, price_per_gpu_hour: float | None,
           gpus: int, train_tokens: float | None) -> float:
     """Lower is better: negative tokens/s per GPU, USD per million tokens, or days to train."""
-    tokens_per_s = est.tokens_per_s_per_gpu * gpus
+    return score_step(est.step_time_s, est.plan, objective, price_per_gpu_hour, gpus, train_tokens)
+
+
+def score_step(step_s: float, plan, objective: str, price_per_gpu_hour: float | None,
+               gpus: int, train_tokens: float | None) -> float:
+    """`score` of a plan whose step takes `step_s` (every objective grows with the step time)."""
+    per_gpu = plan.global_batch_size * plan.seq_len / step_s / gpus
+    tokens_per_s = per_gpu * gpus
     if objective == "cost":
         if price_per_gpu_hour is None:
             raise ConfigError("--objective cost needs --price-per-gpu-hour (USD per GPU-hour)")
@@ -114,7 +125,7 @@ def score(est: StepEstimate, objective: str, price_per_gpu_hour: float | None,
         if train_tokens is None:
             raise ConfigError("--objective time-to-train needs --train-tokens (tokens in the run)")
         return train_tokens / tokens_per_s / 86_400
-    return -est.tokens_per_s_per_gpu
+    return -per_gpu
 
 
 def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict, *,
@@ -125,9 +136,9 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
     `progress(done, total)` is told how far the enumeration is."""
     start = time.perf_counter()
     invalid = no_memory = evaluated = 0
-    feasible: list[StepEstimate] = []
+    fitting: list[StepParts] = []
     reasons: dict[str, None] = {}
-    too_big: list = []
+    too_big: list = []  # resolved plans that do not fit
     seen: set = set()
     plans = list(candidates(base, model, cluster, pinned))
     for done, plan in enumerate(plans):
@@ -144,21 +155,47 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
             continue  # the same plan as one already costed (e.g. ZeRO 1/2/3 on one GPU)
         seen.add(key)
         evaluated += 1
-        memory = estimate_memory(model, cluster, resolved)
-        if not memory.fits:
+        if not fits_memory(model, cluster, resolved):
             no_memory += 1
-            too_big = sorted([*too_big, memory], key=lambda m: m.peak_bytes)[:3]
+            too_big.append(resolved)
             continue
-        est = estimate_step(model, cluster, resolved, with_memory=False)
-        feasible.append(_with_memory(est, memory))
-    keyed = sorted(feasible, key=lambda e: score(e, objective, price_per_gpu_hour,
-                                                 cluster.num_gpus, train_tokens))
-    ranked = tuple(keyed[:top])
+        fitting.append(step_parts(model, cluster, resolved))
+
+    def key_of(step_s: float, plan) -> float:
+        return score_step(step_s, plan, objective, price_per_gpu_hour, cluster.num_gpus,
+                          train_tokens)
+
+    ranked = _best(model, cluster, fitting, key_of, top)
     scores = tuple(score(e, objective, price_per_gpu_hour, cluster.num_gpus, train_tokens)
                    for e in ranked)
+    closest = () if ranked else _closest(model, cluster, too_big)
     return SearchResult(ranked, evaluated, invalid, no_memory, time.perf_counter() - start,
-                        objective, scores, closest=tuple(too_big) if not ranked else (),
-                        invalid_reasons=tuple(reasons))
+                        objective, scores, closest=closest, invalid_reasons=tuple(reasons))
+
+
+def _best(model: ModelSpec, cluster: Cluster, fitting: list[StepParts],
+          key_of: Callable[[float, object], float], top: int) -> tuple[StepEstimate, ...]:
+    """The `top` plans by score, each with its full estimate and memory. A plan whose step-time
+    lower bound already scores worse than the top-th plan simulated so far cannot rank, so the
+    pipeline is simulated in order of the bound and only while one still can; ties keep the
+    enumeration order, so the ranking is the one costing every plan gives."""
+    if top < 1:
+        return ()
+    bounds = sorted((key_of(parts.lower_bound_s(), parts.ctx.plan), i)
+                    for i, parts in enumerate(fitting))
+    done: list[tuple[float, int, StepEstimate]] = []
+    for bound, i in bounds:
+        if len(done) >= top and bound > done[top - 1][0]:
+            break
+        est = estimate_from_parts(fitting[i], with_memory=False)
+        done = sorted([*done, (key_of(est.step_time_s, est.plan), i, est)], key=lambda d: d[:2])
+    return tuple(_with_memory(e, estimate_memory(model, cluster, e.plan)) for _, _, e in done[:top])
+
+
+def _closest(model: ModelSpec, cluster: Cluster, too_big: list, n: int = 3) -> tuple:
+    """The `n` plans that miss the GPU's memory by the least (their MemoryEstimates)."""
+    memories = (estimate_memory(model, cluster, plan) for plan in too_big)
+    return tuple(sorted(memories, key=lambda m: m.peak_bytes)[:n])
 
 
 def _launchable(plan: TrainingPlan, model: ModelSpec, cluster: Cluster):

@@ -89,10 +89,39 @@ def plan_memo(model: ModelSpec, plan: ResolvedPlan) -> dict:
     return _PLAN_MEMO[2]
 
 
+def stage_signatures(model: ModelSpec, plan: ResolvedPlan) -> tuple[int, ...]:
+    """Per stage, the first stage whose costs are the same: the same layer kinds in each of its
+    chunks, and the same place (holding the embedding, the LM head, or neither). Such stages hold
+    the same parameters and run the same work per micro-batch, so the memory and time models
+    cost each signature once per plan."""
+    memo = plan_memo(model, plan)
+    hit = memo.get("signatures")
+    if hit is None:
+        hit = memo["signatures"] = _signatures(model, plan)
+    return hit
+
+
+def stage_chunk_kinds(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[tuple[int, ...], ...]:
+    """The layer kinds (`counts.layer_kinds`) of each chunk of `stage`."""
+    kinds = layer_kinds(model)
+    return tuple(tuple(kinds[i] for i in chunk)
+                 for c, chunk in enumerate(plan.chunk_layers) if c % plan.pp == stage)
+
+
+def _signatures(model: ModelSpec, plan: ResolvedPlan) -> tuple[int, ...]:
+    kinds = layer_kinds(model)
+    chunks: list[list] = [[] for _ in range(plan.pp)]
+    for c, chunk in enumerate(plan.chunk_layers):
+        chunks[c % plan.pp].append(tuple(kinds[i] for i in chunk))
+    first: dict = {}
+    return tuple(first.setdefault((tuple(cs), s == 0, s == plan.pp - 1), s)
+                 for s, cs in enumerate(chunks))
+
+
 def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
     """Parameters per GPU on pipeline stage `stage`, including embedding and LM head."""
     memo = plan_memo(model, plan)
-    key = ("stage_params", stage)
+    key = ("stage_params", stage_signatures(model, plan)[stage])
     if key not in memo:
         memo[key] = _stage_params(model, plan, stage)
     return memo[key]
@@ -100,8 +129,8 @@ def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParam
 
 def _stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
     dense = expert = unit = 0.0
-    kinds = layer_kinds(model)
-    for kind, n in Counter(kinds[i] for i in plan.stage_layers(stage)).items():  # equal layers split alike
+    chunks = stage_chunk_kinds(model, plan, stage)
+    for kind, n in Counter(k for chunk in chunks for k in chunk).items():  # equal layers split alike
         d, e = layer_split(model, kind, plan)
         dense, expert, unit = dense + n * d, expert + n * e, max(unit, d + e)
     vocab = model.vocab_size * model.hidden_size / plan.tp

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.costs.comm import collective_time, p2p_time
+from meshplan.model.counts import layer_kinds
 from meshplan.training.context import CostContext
 from meshplan.training.layer_time import LayerTime, layer_time
 from meshplan.training.offload import offload_time
@@ -28,11 +29,39 @@ class ChunkTime:
     fsdp_exposed_s: float
 
 
+NOT_LAYER_FIELDS = frozenset({
+    "dp", "pp", "vpp", "shard_group", "expert_dp", "global_batch_size", "num_microbatches",
+    "chunk_layers", "dp_sharding", "schedule", "optimizer", "offload_optimizer", "rank_order",
+    "chosen", "warnings"})
+"""Resolved-plan fields one decoder layer's time does not read: pipeline depth, batch count and
+sharding act on whole chunks and stages, and where the layout puts the tensor-, context- and
+expert-parallel groups is in the key through their placements. A field missing here is part of
+the key: a new plan field is assumed to matter until listed."""
+_LAYER_TIMES: dict = {}
+
+
+def _layer_key(ctx: CostContext) -> tuple:
+    p, g = ctx.plan, ctx.groups
+    fields = tuple(getattr(p, f) for f in p.__dataclass_fields__ if f not in NOT_LAYER_FIELDS)
+    return (id(ctx.model), id(ctx.cluster), ctx.c, ctx.comm, ctx.k, ctx.clock, ctx.tokens,
+            ctx.act_width, ctx.gemm_dtype, ctx.full_recompute_share, ctx.kernel_profile,
+            g.tp, g.cp, g.ep, fields)
+
+
 def _layer_cache(ctx: CostContext) -> dict:
+    """LayerTime of each distinct layer, shared by the plans of a search that differ only in
+    pipeline depth, batch count or sharding (the issue #20 per-layer cost cache)."""
+    key = _layer_key(ctx)
+    hit = _LAYER_TIMES.get(key)
+    if hit is not None and hit[0] is ctx.model and hit[1] is ctx.cluster:
+        return hit[2]
     cache: dict = {}
-    for i, layer in enumerate(ctx.model.layers):
-        if layer not in cache:
-            cache[layer] = layer_time(ctx, layer)
+    kinds = layer_kinds(ctx.model)
+    for k in sorted(set(kinds)):
+        cache[ctx.model.layers[k]] = layer_time(ctx, ctx.model.layers[k])
+    if len(_LAYER_TIMES) > 2048:
+        _LAYER_TIMES.clear()
+    _LAYER_TIMES[key] = (ctx.model, ctx.cluster, cache)
     return cache
 
 
@@ -100,22 +129,31 @@ def _fsdp_exposed(ctx: CostContext, layers: list, forward: float,
 
 
 def chunk_times(ctx: CostContext) -> list[ChunkTime]:
-    """Times of every pipeline chunk (index c runs on stage c % pp)."""
+    """Times of every pipeline chunk (index c runs on stage c % pp); chunks with the same layer
+    kinds in the same place (first, middle, last) are costed once."""
     cache = _layer_cache(ctx)
+    kinds = layer_kinds(ctx.model)
+    chunks = ctx.plan.chunk_layers
+    done: dict[tuple, ChunkTime] = {}
     out = []
-    for c, chunk in enumerate(ctx.plan.chunk_layers):
-        times: list[LayerTime] = [cache[ctx.model.layers[i]] for i in chunk]
-        f = sum(t.forward_s for t in times)
-        b = sum(t.backward_s for t in times)
-        first, last = c == 0, c == len(ctx.plan.chunk_layers) - 1
-        ef, eb = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
-        fsdp_f, fsdp_b = _fsdp_exposed(ctx, list(chunk), f + ef, b + eb)
-        fsdp = fsdp_f + fsdp_b
-        out.append(ChunkTime(f + ef + fsdp_f, b + eb + fsdp_b,
-                             sum(t.weight_grad_s for t in times),
-                             sum(t.tp_exposed_s for t in times), sum(t.ep_comm_s for t in times),
-                             sum(t.cp_exposed_s for t in times), fsdp))
+    for c, chunk in enumerate(chunks):
+        key = (tuple(kinds[i] for i in chunk), c == 0, c == len(chunks) - 1)
+        if key not in done:
+            done[key] = _chunk_time(ctx, chunk, cache, *key[1:])
+        out.append(done[key])
     return out
+
+
+def _chunk_time(ctx: CostContext, chunk: tuple[int, ...], cache: dict, first: bool,
+                last: bool) -> ChunkTime:
+    times: list[LayerTime] = [cache[ctx.model.layers[i]] for i in chunk]
+    f = sum(t.forward_s for t in times)
+    b = sum(t.backward_s for t in times)
+    ef, eb = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
+    fsdp_f, fsdp_b = _fsdp_exposed(ctx, list(chunk), f + ef, b + eb)
+    return ChunkTime(f + ef + fsdp_f, b + eb + fsdp_b, sum(t.weight_grad_s for t in times),
+                     sum(t.tp_exposed_s for t in times), sum(t.ep_comm_s for t in times),
+                     sum(t.cp_exposed_s for t in times), fsdp_f + fsdp_b)
 
 
 def p2p_seconds(ctx: CostContext) -> float:
