@@ -24,6 +24,15 @@ CASES = {
     "prefix sharing, kv pressure": (ServingPlan(max_num_seqs=256), dict(num_requests=150, input_len=3000, output_len=600,
                                                                        shared_prefix_len=1000, num_prefixes=3)),
     "pipeline": (ServingPlan(tp=2, pp=2), dict(num_requests=80, input_len=600, output_len=300)),
+    # replicas run ahead of each other's events up to the next arrival
+    "two replicas, identical offline": (ServingPlan(replicas=2), dict(num_requests=120, input_len=512, output_len=200)),
+    "three replicas, poisson": (ServingPlan(replicas=3, router="least-outstanding"),
+                                dict(num_requests=150, arrival="poisson", request_rate=9.0, dataset="sharegpt")),
+    "two replicas, kv pressure": (ServingPlan(replicas=2, max_num_seqs=256),
+                                  dict(num_requests=150, arrival="poisson", request_rate=20.0, input_len=3000,
+                                       output_len=600, shared_prefix_len=1000, num_prefixes=3)),
+    "two replicas, closed loop": (ServingPlan(replicas=2), dict(num_requests=100, arrival="concurrency", concurrency=12,
+                                                                input_len=800, output_len=150)),
 }
 
 
@@ -41,5 +50,44 @@ def test_fast_forward_is_exact(case, monkeypatch):
     slow = run(plan, spec)
     assert fast.iterations == slow.iterations
     assert fast.metrics == slow.metrics
-    for column in ("start_s", "end_s", "decode_seqs", "kv_used_blocks", "kind"):
+    assert [r.id for r in fast.records] == [r.id for r in slow.records]
+    for column in ("replica", "start_s", "end_s", "decode_seqs", "kv_used_blocks", "kind"):
         assert np.array_equal(fast.log.column(column), slow.log.column(column)), column
+
+
+@pytest.mark.parametrize("case", ["offline vllm", "sglang tp2", "pipeline", "trtllm reserve"])
+def test_vectorised_cost_is_the_per_iteration_cost(case, monkeypatch):
+    """The stretches use IterationCost.batch; every row must be bit-identical to __call__ (the
+    fast-forward's exactness rests on it), over decode, prefill and mixed iterations."""
+    seen: list = []
+    original = Replica.skip_decodes
+
+    def spy(self, now, horizon):
+        seen.append(self.cost)
+        return original(self, now, horizon)
+
+    monkeypatch.setattr(Replica, "skip_decodes", spy)
+    run(*CASES[case])
+    cost = seen[0]
+    rng = np.random.default_rng(5)
+    rows = []
+    for _ in range(400):
+        dec, pre = int(rng.integers(0, 300)), int(rng.integers(0, 3000)) * int(rng.integers(0, 2))
+        seqs = dec + int(rng.integers(0, 4)) * (pre > 0)
+        rows.append((dec + pre, max(seqs, 1), dec, float(dec * rng.integers(1, 4000)), pre,
+                     pre * (pre + 1) / 2, max(dec, 1)))
+    batch = cost.batch(np.array(rows, dtype=float))
+    assert [cost(*r) for r in rows] == batch.tolist()
+
+
+def test_long_decode_runs_go_through_the_vectorised_stretches(monkeypatch):
+    calls: list[int] = []
+    original = Replica._record_stretch
+
+    def spy(self, now, ends, grown):
+        calls.append(len(ends))
+        return original(self, now, ends, grown)
+
+    monkeypatch.setattr(Replica, "_record_stretch", spy)
+    run(*CASES["offline vllm"])
+    assert calls and max(calls) > 10

@@ -125,7 +125,8 @@ class IterationCost:
         flops = ctx * self.full_flops_per_pair + np.minimum(ctx, dec * self.window) * self.win_flops_per_pair
         stage += np.where(dec > 0, np.maximum(read * self.kv_read_s_per_byte, flops * self.attn_unit), 0.0)
         pflops = pairs * self.full_flops_per_pair + np.minimum(pairs, pre * self.window) * self.win_flops_per_pair
-        stage += np.where(pre > 0, pflops * self.attn_unit, 0.0) + self.num_layers * self.k.layer_s
+        stage += np.where(pre > 0, pflops * self.attn_unit, 0.0)
+        stage += self.num_layers * self.k.layer_s  # in __call__'s order: equal to the last bit
         if pp > 1:
             stage += _per_value(lambda n: p2p_time(n * self.model.hidden_size * 2.0, False, self.cluster), t)
         stage = stage * self.device

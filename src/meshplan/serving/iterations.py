@@ -71,6 +71,30 @@ class IterationLog:
         except (TypeError, OverflowError) as exc:
             self._undo_partial_row(exc)
 
+    def extend(self, n: int, **values) -> None:
+        """Add `n` rows at once: each column (every one of `COLUMNS`) given as one value for
+        all rows or a numpy array of `n` (the decode fast-forward's stretch of iterations)."""
+        kind = values["kind"]
+        values["kind"] = _KIND_CODES[kind] if isinstance(kind, str) else kind
+        for name in COLUMNS:
+            col, v = self._cols[name], values[name]
+            if isinstance(v, np.ndarray):
+                width = {"d": np.float64, "q": np.int64, "b": np.int8}[col.typecode]
+                col.frombytes(np.ascontiguousarray(v[:n], dtype=width).tobytes())
+            else:
+                col.extend([v] * n)
+
+    def sort_rows(self) -> None:
+        """Reorder rows by end time, then replica, start time and kind (a total order over
+        distinct rows: two runs appending the same rows in different orders end equal)."""
+        cols = [np.frombuffer(self._cols[n], dtype={"d": np.float64, "q": np.int64, "b": np.int8}
+                              [self._cols[n].typecode]) for n in ("kind", "start_s", "replica", "end_s")]
+        order = np.lexsort(cols)
+        for name, col in self._cols.items():
+            values = np.frombuffer(col, dtype={"d": np.float64, "q": np.int64, "b": np.int8}[col.typecode])
+            self._cols[name] = array(col.typecode, values[order].tobytes())
+        self._push = tuple(self._cols[name].append for name in COLUMNS)
+
     def _undo_partial_row(self, exc: Exception) -> None:
         """Drop the values a failed `append` pushed, then name the column it failed on."""
         rows = min(len(c) for c in self._cols.values())

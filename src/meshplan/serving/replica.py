@@ -21,6 +21,10 @@ from meshplan.serving.scheduler import SchedulerConfig
 from meshplan.serving.sequence import Seq
 
 
+STRETCH = 256
+"""Most pure-decode steps the fast-forward costs in one vectorised call."""
+
+
 class Replica:
     """The scheduler state of one engine replica (role: both, prefill or decode)."""
 
@@ -63,8 +67,8 @@ class Replica:
         """Run, without the event loop, the pure-decode iterations that would end before
         `horizon` (the next event that could reach this replica): nothing prefills, the
         waiting queue would admit nothing, every step's blocks fit and no request finishes.
-        Each is the iteration `start` and `finish` would run (the same cost-model call, blocks,
-        token times and log row), so results are unchanged (tests/test_serving_skip.py);
+        Each is the iteration `start` and `finish` would run (the same cost-model arithmetic,
+        blocks, token times and log row), so results are unchanged (tests/test_serving_skip.py);
         returns (the time the last one ended, how many ran)."""
         d, ran = self.decode, 0
         if (self.prefilling or self.recorded is not None or self.cfg.speculative_tokens
@@ -82,7 +86,52 @@ class Replica:
             self.log.append(self.index, now, now + t, 0, count, len(self.running), 0,
                             self.pool.used, self.pool.total, preempted=0, kind="decode")
             now, ran = now + t, ran + 1
+            if self._admission_frozen() and hasattr(self.cost, "batch"):
+                return self._skip_stretches(now, horizon, ran)
         return now, ran
+
+    def _admission_frozen(self) -> bool:
+        """Whether no decode step can change the waiting queue before the next event (none
+        waits, or the batch is full): then a run of steps depends only on time and blocks."""
+        return not self.waiting or len(self.running) >= self.cfg.max_num_seqs
+
+    def _skip_stretches(self, now: float, horizon: float, ran: int) -> tuple[float, int]:
+        """`skip_decodes` for a frozen queue, costing up to STRETCH steps at once: the step
+        times from the cost model's vectorised form (`IterationCost.batch`, the same arithmetic
+        per row), their running sum from `now`, and the blocks each step allocates."""
+        d, pool = self.decode, self.pool
+        while d.count and d.step not in d.finishing:
+            upcoming = [k for k in d.finishing if k > d.step]
+            k = min(STRETCH, (min(upcoming) if upcoming else d.step + STRETCH) - d.step)
+            steps = d.step + np.arange(k)
+            need = np.asarray(d.phase)[steps % d.period]
+            calls = np.zeros((k, 7))
+            calls[:, [0, 1, 2, 6]] = d.count
+            calls[:, 3] = d.sum_offset + d.count * steps
+            ends = np.cumsum(np.concatenate(([now], self.cost.batch(calls))))[1:]
+            grown = np.cumsum(need)
+            n = int(np.argmin((ends < horizon) & (grown <= pool.available())))
+            n = k if ends[n] < horizon and grown[n] <= pool.available() else n
+            if n:
+                self._record_stretch(now, ends[:n], grown[:n])
+                now, ran = float(ends[n - 1]), ran + n
+            if n < k:
+                break
+        return now, ran
+
+    def _record_stretch(self, now: float, ends: np.ndarray, grown: np.ndarray) -> None:
+        """Apply `len(ends)` pure-decode steps: blocks, token times, the step counter, the log."""
+        d, n = self.decode, len(ends)
+        used = self.pool.used + grown
+        self.pool.allocate(int(grown[-1]))
+        d.step += n
+        d.grown_for = d.step - 1
+        self.decode_end_s.extend(ends.tolist())
+        starts = np.concatenate(([now], ends[:-1]))
+        self.log.extend(n, replica=self.index, start_s=starts, end_s=ends, prefill_tokens=0,
+                        decode_seqs=d.count, num_seqs=len(self.running), waiting=0,
+                        kv_used_blocks=used, kv_total_blocks=self.pool.total, preempted=0,
+                        kind="decode")
 
     def _nothing_to_admit(self, need: int) -> bool:
         """Whether the next step's scheduling would leave the waiting queue as it is, its

@@ -83,6 +83,10 @@ class Simulation:
         self.decode = Router("least-outstanding", self.groups[-1]) if len(self.groups) > 1 else None
         self.heap: list[tuple] = []
         self.order = 0
+        self.independent = self.decode is None and not workload.concurrency
+        """Replicas meet only at arrivals (open loop, one pool): a replica's decode steps may
+        then run ahead of other replicas' events, up to the next arrival."""
+        self.next_arrival = math.inf
         self.records: list[RequestRecord] = []
         self.iterations = 0
 
@@ -100,11 +104,13 @@ class Simulation:
                 self._push(0.0, ARRIVAL, i)
         elif reqs:
             self._push(reqs[0].arrival_s, ARRIVAL, 0)
+            self.next_arrival = reqs[0].arrival_s
         now, total = 0.0, len(reqs)
         while self.heap:
             now, _, kind, payload = heapq.heappop(self.heap)
             if kind == ARRIVAL:
                 upcoming = reqs[payload + 1].arrival_s if not closed and payload + 1 < total else math.inf
+                self.next_arrival = upcoming
                 self._arrive(payload, now, upcoming)
                 if not closed and payload + 1 < total:
                     self._push(reqs[payload + 1].arrival_s, ARRIVAL, payload + 1)
@@ -121,6 +127,8 @@ class Simulation:
                 seq, replica = payload
                 replica.add(seq)
                 self._kick(replica, now)
+        if self.independent and sum(len(g) for g in self.groups) > 1:
+            self._canonical_order()
         metrics = compute_metrics(self.records, self.log, slo)
         return SimulationResult(records=self.records, log=self.log, metrics=metrics, pools=self.pools,
                                 iterations=self.iterations, simulated_s=now,
@@ -139,13 +147,22 @@ class Simulation:
         end before the next event (`horizon`, or the heap's next), run in place."""
         if replica.busy:
             return
-        if self.heap:
+        if self.independent:
+            horizon = min(horizon, self.next_arrival)
+        elif self.heap:
             horizon = min(horizon, self.heap[0][0])
         now, skipped = replica.skip_decodes(now, horizon)
         self.iterations += skipped
         end = replica.start(now)
         if end is not None:
             self._push(end, ITERATION, replica)
+
+    def _canonical_order(self) -> None:
+        """Records by arrival, log rows by end time: when replicas run ahead of each other's
+        events, the order things were appended in depends on how far each ran ahead, and
+        equal times (identical replicas) would otherwise tie-break differently."""
+        self.records.sort(key=lambda r: (r.arrival_s, r.id))
+        self.log.sort_rows()
 
     def _iteration_end(self, replica: Replica, now: float) -> int:
         self.iterations += 1
