@@ -11,7 +11,7 @@ from rich.table import Table
 
 from meshplan.cli.common import QUIET, console, err_console, print_json, progress, show_progress, user_errors, with_site
 from meshplan.validate.records import read_records
-from meshplan.validate.run import Skip, predict, report
+from meshplan.validate.run import Skip, predict, report, stats_line
 
 UNITS = {"tokens_per_s_per_gpu": ("tok/s/GPU", 1.0), "step_time_s": ("s", 1.0),
          "peak_memory_gib": ("GiB", 1.0)}
@@ -55,15 +55,9 @@ def validate(
 
 def render_summary(summary: dict, skipped: int, total: int) -> None:
     """Median and p90 absolute error, overall and per metric, and the coverage."""
-    def fmt(s: dict) -> str:
-        if not s["n"]:
-            return "no rows"
-        return (f"n={s['n']}  median |err| {s['median_abs_rel_error']:.1%}  "
-                f"p90 |err| {s['p90_abs_rel_error']:.1%}")
-
-    console.print(f"[bold]all[/]: {fmt(summary)}", highlight=False)
+    console.print(f"[bold]all[/]: {stats_line(summary)}", highlight=False)
     for metric, s in summary["by_metric"].items():
-        console.print(f"  {metric}: {fmt(s)}", highlight=False)
+        console.print(f"  {metric}: {stats_line(s)}", highlight=False)
     console.print(f"skipped {skipped} of {total} records", highlight=False)
 
 

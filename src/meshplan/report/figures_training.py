@@ -23,7 +23,8 @@ MEMORY_PARTS = (("weights", "weights_bytes"), ("gradients", "gradients_bytes"),
 
 
 def memory_figure(estimate: MemoryEstimate, title: str = "Memory per GPU by pipeline stage"):
-    """Stacked bars (GiB) of each stage's peak memory by component, and the GPU capacity line."""
+    """Stacked bars (GiB) of each stage's peak memory by component; the GPU's memory as a
+    horizontal line (the figure's first layout shape)."""
     go = graph_objects()
     stages = [f"stage {s.stage}" for s in estimate.stages]
     fig = go.Figure()
@@ -32,9 +33,8 @@ def memory_figure(estimate: MemoryEstimate, title: str = "Memory per GPU by pipe
         if any(values):
             fig.add_trace(go.Bar(name=label, x=stages, y=values))
     capacity = estimate.gpu_memory_bytes / GIB
-    fig.add_trace(go.Scatter(name="GPU memory", x=stages, y=[capacity] * len(stages),
-                             mode="lines+markers" if len(stages) == 1 else "lines",
-                             line={"color": "black", "dash": "dash"}))
+    fig.add_hline(y=capacity, line_dash="dash", line_color="black",
+                  annotation_text=f"GPU memory {capacity:.1f} GiB")
     fig.update_layout(barmode="stack", title=title, yaxis_title="GiB per GPU",
                       legend_traceorder="reversed")
     return fig
