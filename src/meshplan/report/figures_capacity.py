@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from meshplan.report.viz import graph_objects, subplots
+from meshplan.report.viz import graph_objects, require, subplots
 from meshplan.serving.capacity import Targets
 from meshplan.serving.plan_report import layout
 from meshplan.serving.plan_search import SearchResult
@@ -53,15 +53,17 @@ def plan_curves_figure(result: SearchResult, title: str = "Plans: latency at the
     t = result.targets
     shown = _shown(t)
     fig = subplots(rows=1, cols=len(shown), subplot_titles=[f"P{t.percentile:g} {label}" for label, _ in shown])
+    palette = require("plotly.colors").qualitative.Plotly
     for i, c in enumerate(result.ranked, 1):
-        name = f"#{i} {layout(c)} on {c.gpu} x{c.replicas}"
+        name, color = f"#{i} {layout(c)} on {c.gpu} x{c.replicas}", palette[(i - 1) % len(palette)]
         capacity = c.capacity.rate * c.replicas
         for col, (label, key) in enumerate(shown, 1):
             objective = getattr(t, f"{key}_ms")
             x = [result.rate, capacity]
             y = [c.verified_margins.get(key, float("nan")) * objective, c.capacity.margins[key] * objective]
             fig.add_trace(go.Scatter(name=name, x=x, y=y, mode="lines+markers", legendgroup=name,
-                                     showlegend=col == 1, marker={"symbol": ["circle", "x"], "size": 10},
+                                     showlegend=col == 1, marker={"symbol": ["circle", "x"], "size": 10, "color": color},
+                                     line={"color": color},
                                      hovertext=["at the target rate", "at capacity"]), row=1, col=col)
             _slo_line(fig, t, key, col)
             fig.add_vline(x=result.rate, line_dash="dot", line_color="gray", row=1, col=col)
