@@ -9,6 +9,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from meshplan.cli import html_option
 from meshplan.cli.common import QUIET, console, err_console, print_json, progress, show_progress, user_errors, with_site
 from meshplan.validate.records import read_records
 from meshplan.validate.run import Skip, predict, report, stats_line
@@ -25,9 +26,12 @@ def validate(
                                 "schema (exit 2) instead of skipping it with the reason."),
     workers: int = typer.Option(None, "--workers", help="Processes predicting records in parallel "
                                 "(default: the CPU count; 1 = in this process)."),
+    html: Path = html_option.HTML,
 ) -> None:
     """Predict every record's measured quantities and print the errors and a summary. A record
     that cannot be parsed is skipped with its reason (unless --strict)."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
     records, bad = [], []
     for path in files:
         good, skipped = read_records(path, strict=strict)
@@ -39,8 +43,16 @@ def validate(
     for skip in bad:
         err_console.print(f"[yellow]skipped[/] {skip.id}: {skip.reason}", highlight=False, soft_wrap=True)
     data = report(rows, skips)
+
+    def page():
+        from meshplan.report.pages_validate import validate_page
+
+        return validate_page(rows, data["summary"], len(skips), record_groups(records),
+                             "meshplan validate: measured vs predicted", "meshplan validate", given)
+
     if json_out:
         print_json(data)
+        html_option.write(html, page)
         return
     table = Table(title="measured vs predicted", box=box.SIMPLE_HEAD)
     for col in ("record", "metric", "measured", "predicted", "error"):
@@ -51,6 +63,12 @@ def validate(
                       style="red" if abs(r.rel_error) > 0.2 else None)
     console.print(table)
     render_summary(data["summary"], len(skips), len(records) + len(bad))
+    html_option.write(html, page)
+
+
+def record_groups(records) -> dict[str, str]:
+    """Record id -> 'source / GPU' (the source's short key, else its name), for the report."""
+    return {r.id: f"{r.source.get('key') or r.source.get('name', '?')} / {r.hardware.gpu}" for r in records}
 
 
 def render_summary(summary: dict, skipped: int, total: int) -> None:
