@@ -28,10 +28,15 @@ def check(html: Path | None) -> None:
         check_viz()
 
 
-def inputs(flags: Mapping[str, object]) -> dict[str, object]:
-    """The flags a report lists: given values, named as on the command line."""
-    return {"--" + name.replace("_", "-"): value for name, value in flags.items()
-            if name not in NOT_INPUTS and value is not None}
+def inputs(flags: Mapping[str, object]) -> dict[str, str]:
+    """The flags a report lists: given values, named and spelled as on the command line."""
+    def spell(value: object) -> str:
+        if isinstance(value, (list, tuple)):
+            return ", ".join(spell(v) for v in value)
+        return str(value)
+
+    return {"--" + name.replace("_", "-"): spell(value) for name, value in flags.items()
+            if name not in NOT_INPUTS and value is not None and value is not False}
 
 
 def write(html: Path | None, page: Callable[[], object]) -> None:
