@@ -11,8 +11,6 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-pytest.importorskip("plotly")
-pytest.importorskip("jinja2")
 
 from meshplan.cli.app import app
 from meshplan.report import viz

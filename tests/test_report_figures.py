@@ -8,7 +8,6 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("plotly")
 
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
