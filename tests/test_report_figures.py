@@ -147,6 +147,14 @@ def test_latency_cdfs_are_the_simulated_latencies(served):
     assert {s.x0 for s in fig.layout.shapes} == {slo.ttft_ms, slo.tpot_ms}
 
 
+def test_cdf_of_a_large_sample_keeps_its_ends_and_shape():
+    values = np.random.default_rng(0).exponential(size=50_001)
+    x, y = fs.cdf_points(values, max_points=500)
+    assert len(x) == 500 and x[0] == values.min() and x[-1] == values.max() and y[-1] == 1.0
+    assert np.interp(0.5, y, x) == pytest.approx(np.median(values), rel=0.02)
+    assert fs.cdf_points(np.array([3.0, np.nan, 1.0])) == ([1.0, 3.0], [0.5, 1.0])
+
+
 def test_activity_over_time_adds_up_to_the_run(served):
     result, _ = served
     fig = fs.activity_figure(result, bins=40)

@@ -25,10 +25,20 @@ def request_latencies_ms(result: SimulationResult) -> dict[str, np.ndarray]:
             for label, _, prop in LATENCIES}
 
 
-def cdf_points(values: np.ndarray) -> tuple[list[float], list[float]]:
-    """(sorted values, share of values <= each), nan left out."""
+MAX_CDF_POINTS = 2000
+"""Most points drawn per CDF (assumption: enough for a smooth curve; a million-request run
+would otherwise embed megabytes per curve). Larger samples keep evenly spaced ranks."""
+
+
+def cdf_points(values: np.ndarray, max_points: int = MAX_CDF_POINTS) -> tuple[list[float], list[float]]:
+    """(sorted values, share of values <= each), nan left out; at most `max_points` points,
+    always including the smallest and the largest value."""
     v = np.sort(values[~np.isnan(values)])
-    return v.tolist(), (np.arange(1, v.size + 1) / max(v.size, 1)).tolist()
+    share = np.arange(1, v.size + 1) / max(v.size, 1)
+    if v.size > max_points:
+        keep = np.unique(np.linspace(0, v.size - 1, max_points).round().astype(int))
+        v, share = v[keep], share[keep]
+    return v.tolist(), share.tolist()
 
 
 def latency_cdf_figure(result: SimulationResult, slo: SLO | None = None,
