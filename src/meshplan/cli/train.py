@@ -205,14 +205,14 @@ def estimate(**flags) -> None:
     spec, cluster, plan = parse_inputs(flags)
     title = f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
     est = best_plan(plan, spec, cluster)
+    if trace is not None or timeline or html is not None:
+        est = replace(estimate_step(spec, cluster, est.plan, with_events=True), plan=est.plan)
 
     def page():
         from meshplan.report.pages_training import estimate_page
 
         return estimate_page(est, f"{title}: one training step", "meshplan train estimate", given)
 
-    if trace is not None or timeline or html is not None:
-        est = replace(estimate_step(spec, cluster, est.plan, with_events=True), plan=est.plan)
     if trace is not None:
         write_trace(trace, chrome_trace(est.pipeline.events, extra=trace_extras(est),
                                         metadata={"model": spec.name, "gpu": cluster.gpu.name}))

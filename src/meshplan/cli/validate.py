@@ -45,7 +45,7 @@ def validate(
     data = report(rows, skips)
 
     def page():
-        from meshplan.report.pages_validate import validate_page
+        from meshplan.report.pages_validate import record_groups, validate_page
 
         return validate_page(rows, data["summary"], len(skips), record_groups(records),
                              "meshplan validate: measured vs predicted", "meshplan validate", given)
@@ -64,11 +64,6 @@ def validate(
     console.print(table)
     render_summary(data["summary"], len(skips), len(records) + len(bad))
     html_option.write(html, page)
-
-
-def record_groups(records) -> dict[str, str]:
-    """Record id -> 'source / GPU' (the source's short key, else its name), for the report."""
-    return {r.id: f"{r.source.get('key') or r.source.get('name', '?')} / {r.hardware.gpu}" for r in records}
 
 
 def render_summary(summary: dict, skipped: int, total: int) -> None:
