@@ -25,16 +25,25 @@ class Page:
     job: bool
     upload: str | None = None
     exports: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()
+    """Columns of the `plans` table (default: every scalar field)."""
+
+
+TRAIN_COLUMNS = ("tp", "pp", "vpp", "dp", "cp", "ep", "dp_sharding", "micro_batch_size", "recompute",
+                 "tokens_per_s_per_gpu", "mfu", "step_time_s", "peak_bytes", "usd_per_million_tokens",
+                 "time_to_train_days")
+SERVE_COLUMNS = ("gpu", "layout", "replicas", "gpus", "capacity_requests_per_s", "goodput_per_gpu",
+                 "goodput_requests_per_s", "cost_per_million_output_tokens")
 
 
 PAGES = (
     Page("train/memory", "Training memory", "TrainingRequest", "/api/train/memory", job=False),
     Page("train/estimate", "Training step time", "TrainingRequest", "/api/train/estimate", job=False),
     Page("train/plan", "Training plan search", "TrainingSearchRequest", "/api/train/plan", job=True,
-         exports=("megatron", "torchtitan", "deepspeed")),
+         exports=("megatron", "torchtitan", "deepspeed"), columns=TRAIN_COLUMNS),
     Page("serve/simulate", "Serving simulation", "SimulateRequest", "/api/serve/simulate", job=True),
     Page("serve/plan", "Serving plan search", "ServePlanRequest", "/api/serve/plan", job=True,
-         exports=("vllm", "sglang")),
+         exports=("vllm", "sglang"), columns=SERVE_COLUMNS),
     Page("validate", "Validation", "", "/api/validate", job=True, upload="records"),
 )
 

@@ -20,6 +20,8 @@ from meshplan.ui.schemas import ServePlanRequest, SimulateRequest, TrainingReque
 from meshplan.ui.uploads import read_limited
 
 router = APIRouter(prefix="/api", tags=["jobs"])
+PAGE_ONLY = ("report", "why")
+"""Result keys the page shows that the CLI's --json does not print."""
 
 
 class JobView(BaseModel):
@@ -155,9 +157,9 @@ def _result(request: Request, job_id: str) -> tuple[Job, dict]:
 
 @router.get("/jobs/{job_id}/json")
 def download_json(job_id: str, request: Request) -> JSONResponse:
-    """The job's result as the CLI's `--json` file (without the figures)."""
+    """The job's result as the CLI's `--json` file (without the page's report and text)."""
     job, result = _result(request, job_id)
-    data = {k: v for k, v in result.items() if k != "figures"}
+    data = {k: v for k, v in result.items() if k not in PAGE_ONLY}
     return JSONResponse(data, headers=_attachment(f"meshplan-{job.kind}-{job.id}.json"))
 
 

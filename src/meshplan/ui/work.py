@@ -5,31 +5,53 @@ a background process (meshplan.ui.jobs); `run_in_child` is that process's entry 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from meshplan.errors import DoesNotFitError, MeshplanError, UnknownNameError
+from meshplan.ui.figures import inputs, report_json
 
 Progress = Callable[[int, int], None]
 
 
 def train_memory(body: dict, plots: bool = False) -> dict:
-    """`train memory --json` of a TrainingRequest (and its figures when `plots`)."""
+    """`train memory --json` of a TrainingRequest (and its report page when `plots`)."""
     from meshplan.training import estimate_memory, resolve_plan
     from meshplan.training.memory_report import memory_dict
 
     spec, cluster, plan = _training_inputs(body)
     est = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
-    return {**memory_dict(est), **({"figures": _figures("train_memory", est)} if plots else {})}
+
+    def page():
+        from meshplan.report.pages_training import memory_page
+
+        return memory_page(est, f"{_title(spec, cluster)}: memory per GPU", "meshplan train memory",
+                           inputs(body))
+
+    return {**memory_dict(est), **({"report": report_json(page)} if plots else {})}
 
 
 def train_estimate(body: dict, plots: bool = False) -> dict:
-    """`train estimate --json` of a TrainingRequest (and its figures when `plots`)."""
+    """`train estimate --json` of a TrainingRequest (and its report page when `plots`)."""
     from meshplan.training.choose import best_plan
     from meshplan.training.estimate_report import estimate_dict
 
     spec, cluster, plan = _training_inputs(body)
     est = best_plan(plan, spec, cluster)
-    return {**estimate_dict(est), **({"figures": _figures("train_estimate", est)} if plots else {})}
+    if not plots:
+        return estimate_dict(est)
+    from dataclasses import replace
+
+    from meshplan.training.estimate import estimate_step
+
+    est = replace(estimate_step(spec, cluster, est.plan, with_events=True), plan=est.plan)
+
+    def page():
+        from meshplan.report.pages_training import estimate_page
+
+        return estimate_page(est, f"{_title(spec, cluster)}: one training step", "meshplan train estimate",
+                             inputs(body))
+
+    return {**estimate_dict(est), "report": report_json(page)}
 
 
 def _training_inputs(body: dict):
@@ -60,9 +82,14 @@ def train_plan(body: dict, progress: Progress | None = None) -> dict:
     cluster = opt.build_cluster(r.gpu, r.num_gpus, r.gpus_per_node, None, None, None)
     result, entries, _ = search_size(spec, r.model, cluster, base, pinned, r.objective, r.top,
                                      r.price_per_gpu_hour, r.train_tokens, progress)
+    def page():
+        from meshplan.report.pages_training import plan_page
+
+        return plan_page({r.num_gpus: result}, f"{_title(spec, cluster)}: plan search", "meshplan train plan",
+                         inputs(body))
+
     return {"plans": entries, "score_unit": OBJECTIVE_UNITS[r.objective],
-            "search": search_dict(result, r.num_gpus), "why": why_winner(result),
-            "figures": _figures("train_plan", result)}
+            "search": search_dict(result, r.num_gpus), "why": why_winner(result), "report": report_json(page)}
 
 
 def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
@@ -84,8 +111,15 @@ def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
         slo = SLO(ttft_ms=r.slo_ttft_ms, tpot_ms=r.slo_tpot_ms, e2e_ms=r.slo_e2e_ms)
     result = simulate(spec, cluster, r.plan, workload, slo=slo, progress=progress)
     verdict = slo_verdict(result, slo, r.slo_percentile)
-    return {**result.to_dict(), **({"slo": verdict} if verdict else {}),
-            "figures": _figures("serve_simulate", result)}
+
+    def page():
+        from meshplan.report.pages_serving import simulate_page
+
+        return simulate_page(result, slo, r.slo_percentile if slo else None,
+                             f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}: serving simulation",
+                             "meshplan serve simulate", inputs(body))
+
+    return {**result.to_dict(), **({"slo": verdict} if verdict else {}), "report": report_json(page)}
 
 
 def serve_plan(body: dict, progress: Progress | None = None) -> dict:
@@ -93,7 +127,7 @@ def serve_plan(body: dict, progress: Progress | None = None) -> dict:
     from meshplan.cli.serve_plan import _targets, _unit_workload
     from meshplan.hardware import Cluster
     from meshplan.model import load_model
-    from meshplan.serving.plan_report import result_dict
+    from meshplan.serving.plan_report import result_dict, why
     from meshplan.serving.plan_search import search
     from meshplan.serving.search import Space
     from meshplan.ui.schemas import ServePlanRequest
@@ -109,7 +143,13 @@ def serve_plan(body: dict, progress: Progress | None = None) -> dict:
     space = Space(engine=r.engine, quantize=not r.no_quantization, disaggregate=not r.no_disaggregation)
     result = search(spec, clusters, unit, rate, t, max_gpus=r.max_gpus, objective=r.objective,
                     prices=dict(r.prices), space=space, top=r.top, workers=1)
-    return {**result_dict(result, r.model), "figures": _figures("serve_plan", result)}
+    def page():
+        from meshplan.report.pages_serving import serve_plan_page
+
+        return serve_plan_page(result, why(result), f"{spec.name}: serving plan search", "meshplan serve plan",
+                               inputs(body))
+
+    return {**result_dict(result, r.model), "why": why(result), "report": report_json(page)}
 
 
 def validate(body: dict, progress: Progress | None = None) -> dict:
@@ -120,15 +160,20 @@ def validate(body: dict, progress: Progress | None = None) -> dict:
 
     records, bad = read_records(body["path"], strict=False)
     rows, skips = predict(records, progress, 1)
-    data = report(rows, [Skip(rid, reason) for rid, reason in bad] + skips)
-    return {**data, "figures": _figures("validate", (rows, skips))}
+    skips = [Skip(rid, reason) for rid, reason in bad] + skips
+    data = report(rows, skips)
+
+    def page():
+        from meshplan.report.pages_validate import record_groups, validate_page
+
+        return validate_page(rows, data["summary"], len(skips), record_groups(records),
+                             f"validation of {body['filename']}", "meshplan validate", {"file": body["filename"]})
+
+    return {**data, "report": report_json(page)}
 
 
-def _figures(job: str, result: Any) -> dict[str, str]:
-    """The report package's plotly figures of a result, as JSON strings for plotly.js."""
-    from meshplan.ui.figures import figures
-
-    return figures(job, result)
+def _title(spec, cluster) -> str:
+    return f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
 
 
 JOBS: dict[str, Callable[..., dict]] = {"train-plan": train_plan, "serve-simulate": serve_simulate,

@@ -219,20 +219,33 @@ async function cancel() {
 // ---- results ----------------------------------------------------------------------------
 function show(result, job) {
   downloads(result, job);
-  if (result.why) {
-    const p = document.createElement("p");
-    p.className = "why";
-    p.textContent = result.why;
-    $("result").append(p);
+  const report = result.report;
+  if (report) {
+    $("result").append(keyTable("headline", report.headline));
+    for (const note of report.notes) $("result").append(paragraph(note, "note"));
+  } else if (result.why) {
+    $("result").append(paragraph(result.why, "why"));
   }
   render(result, $("result"), "result");
-  for (const [title, json] of Object.entries(result.figures || {})) plot(title, json);
+  for (const section of (report || {}).sections || []) {
+    $("plots").append(heading(section.title));
+    if (section.text) $("plots").append(paragraph(section.text, "why"));
+    if (section.figure) plot(section.figure);
+  }
+}
+
+function paragraph(text, cls) {
+  const p = document.createElement("p");
+  p.className = cls;
+  p.textContent = text;
+  return p;
 }
 
 function downloads(result, job) {
   const box = $("downloads");
   const data = {...result};
-  delete data.figures;
+  delete data.report;
+  delete data.why;
   const link = (text, href, name) => {
     const a = document.createElement("a");
     a.textContent = text;
@@ -255,11 +268,11 @@ function cell(v) {
 }
 
 function render(data, parent, title) {
-  const scalars = Object.entries(data).filter(([, v]) => v === null || typeof v !== "object" ||
+  const scalars = Object.entries(data).filter(([k]) => k !== "why" && k !== "report").filter(([, v]) => v === null || typeof v !== "object" ||
       (Array.isArray(v) && v.every((x) => typeof x !== "object")));
   if (scalars.length) parent.append(keyTable(title, scalars));
   for (const [key, value] of Object.entries(data)) {
-    if (key === "figures" || value === null || typeof value !== "object") continue;
+    if (key === "report" || value === null || typeof value !== "object") continue;
     if (Array.isArray(value) && value.length && typeof value[0] === "object") parent.append(rowTable(key, value));
     else if (!Array.isArray(value)) render(value, parent, key);
   }
@@ -282,7 +295,8 @@ function keyTable(title, entries) {
 function rowTable(title, rows) {
   const box = document.createElement("div"), table = document.createElement("table");
   table.id = `table-${title}`;
-  const columns = Object.keys(rows[0]).filter((k) => rows.some((r) => r[k] !== null && typeof r[k] !== "object"));
+  const chosen = title === "plans" && page.columns.length ? page.columns : Object.keys(rows[0]);
+  const columns = chosen.filter((k) => rows.some((r) => r[k] != null && typeof r[k] !== "object"));
   const head = table.createTHead().insertRow();
   for (const c of ["#", ...columns]) { const th = document.createElement("th"); th.textContent = c; head.append(th); }
   rows.forEach((row, i) => {
@@ -295,10 +309,10 @@ function rowTable(title, rows) {
   return box;
 }
 
-function plot(title, json) {
+function plot(json) {
   const div = document.createElement("div");
   div.className = "plot";
-  $("plots").append(heading(title), div);
+  $("plots").append(div);
   const fig = JSON.parse(json);
   if (window.Plotly) Plotly.newPlot(div, fig.data, fig.layout, {responsive: true});
 }
