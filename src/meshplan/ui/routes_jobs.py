@@ -87,8 +87,14 @@ def serve_plan(req: ServePlanRequest, request: Request) -> JSONResponse:
 @router.post("/validate", status_code=202, response_model=JobView)
 async def validate(request: Request, filename: str = "records.yaml") -> JSONResponse:
     """Start validating a run-record YAML file sent as the request body (`validate --json`)."""
+    from meshplan.validate.records import read_records
+
     data = await read_limited(request, filename)
     _, path = request.app.state.uploads.save(data, "records.yaml")
+    try:
+        read_records(path)  # a file that is not a record file at all is bad input, said now
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace(str(path), filename)) from None
     return _submit(request, "validate", {"path": str(path), "filename": filename})
 
 
@@ -173,18 +179,20 @@ def export(job_id: str, target: str, request: Request, index: int = 1) -> PlainT
         raise ConfigError(f"job {job_id} is a {job.kind}: only plan searches export launch configs")
     if not plans or not 1 <= index <= len(plans):
         raise ConfigError(f"--index {index}: the search holds {len(plans or [])} plans")
-    text = (_export_training if job.kind == "train-plan" else _export_serving)(result, plans[index - 1], target)
-    return PlainTextResponse(text, headers=_attachment(f"meshplan-{target}-{job.id}-{index}.txt"))
+    text, notes = (_export_training if job.kind == "train-plan" else _export_serving)(result, plans[index - 1], target)
+    headers = _attachment(f"meshplan-{target}-{job.id}-{index}.txt")
+    if notes:  # what `train export` says on stderr; the file itself stays the engine's format
+        headers["X-Meshplan-Retargeted"] = "; ".join(notes)
+    return PlainTextResponse(text, headers=headers)
 
 
-def _export_training(result: dict, entry: dict, target: str) -> str:
+def _export_training(result: dict, entry: dict, target: str) -> tuple[str, list[str]]:
     from meshplan.cli.train_export import export_entry
 
-    text, notes = export_entry(entry, target)
-    return "".join(f"# re-targeted {n}\n" for n in notes) + text
+    return export_entry(entry, target)
 
 
-def _export_serving(result: dict, entry: dict, target: str) -> str:
+def _export_serving(result: dict, entry: dict, target: str) -> tuple[str, list[str]]:
     from meshplan.cli.serve_plan import hub_repo
     from meshplan.export.serving import export_serving
     from meshplan.serving.plan import ServingPlan
@@ -193,7 +201,7 @@ def _export_serving(result: dict, entry: dict, target: str) -> str:
         plan = ServingPlan(**entry["plan"])
     except ValueError as exc:
         raise MeshplanError(str(exc).splitlines()[0]) from None
-    return export_serving(target, hub_repo(result["model"]), plan)
+    return export_serving(target, hub_repo(result["model"]), plan), []
 
 
 def _attachment(name: str) -> dict[str, str]:

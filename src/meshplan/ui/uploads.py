@@ -15,12 +15,15 @@ from meshplan.errors import ConfigError
 from meshplan.ui.errors import TooLarge
 from meshplan.userfiles import MAX_BYTES
 
+UPLOAD_LIMIT = MAX_BYTES
+"""Largest upload, bytes: the CLI's limit on a file it reads whole (meshplan.userfiles)."""
 UPLOAD_PREFIX = "upload:"
 """A model name of the form upload:ID names an uploaded config.json."""
 
 
-async def read_limited(request: Request, what: str, limit: int = MAX_BYTES) -> bytes:
-    """The request body, refused with TooLarge past `limit` bytes (the CLI's file-size limit)."""
+async def read_limited(request: Request, what: str, limit: int | None = None) -> bytes:
+    """The request body, refused with TooLarge past `limit` bytes (default UPLOAD_LIMIT)."""
+    limit = UPLOAD_LIMIT if limit is None else limit
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise TooLarge(f"{what} is {int(declared):,} bytes; the limit is {limit:,}")

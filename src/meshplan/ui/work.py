@@ -160,7 +160,7 @@ def validate(body: dict, progress: Progress | None = None) -> dict:
 
     records, bad = read_records(body["path"], strict=False)
     rows, skips = predict(records, progress, 1)
-    skips = [Skip(rid, reason) for rid, reason in bad] + skips
+    skips = [Skip(rid, reason.replace(body["path"], body["filename"])) for rid, reason in bad] + skips
     data = report(rows, skips)
 
     def page():
