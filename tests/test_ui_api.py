@@ -250,6 +250,6 @@ def test_validate_job_reports_like_the_cli(client, tmp_path):
     assert view["state"] == "done", view["error"]
     code, out, _ = cli("validate", small, "--json", "--workers", "1")
     web = client.get(f"/api/jobs/{view['id']}/json").json()
-    assert web == json.loads(out.replace(str(small), "records.yaml")) and len(web["rows"]) == 1 and len(web["skipped"]) == 1
+    assert web == json.loads(out.replace(str(small), "records.yaml")) and len(web["records"]) == 1 and len(web["skipped"]) == 1
     bad = client.post("/api/validate?filename=mine.yaml", content=b"records: [")
     assert bad.status_code == 400 and bad.json()["detail"].startswith("mine.yaml: not valid YAML")
