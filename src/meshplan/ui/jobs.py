@@ -153,7 +153,7 @@ class JobManager:
                 job.done, job.total = message[1], message[2]
                 self._touch(job)
             elif message[0] == "result":
-                job.result = message[1]
+                job.result, job.done = message[1], job.total
                 self._finish(job, "done")
             else:
                 self._fail(job, message[1], message[2])
