@@ -24,7 +24,10 @@ function resolve(s) {
 
 // ---- form -------------------------------------------------------------------------------
 function buildForm(schema, path, parent, required) {
-  for (const [name, raw] of Object.entries(schema.properties || {})) {
+  const entries = Object.entries(schema.properties || {});
+  const first = (name) => ((required || []).includes(name) ? 0 : 1);  // required fields lead
+  entries.sort((a, b) => first(a[0]) - first(b[0]));
+  for (const [name, raw] of entries) {
     const s = resolve(raw), key = path ? `${path}.${name}` : name;
     if (s.type === "object" && s.properties) {
       const box = document.createElement(name === "hardware" ? "fieldset" : "details");
@@ -264,7 +267,8 @@ function downloads(result, job) {
 function cell(v) {
   if (typeof v === "number") return Number.isInteger(v) ? v.toLocaleString("en") : v.toPrecision(4);
   if (v === null || v === undefined) return "";
-  return Array.isArray(v) ? v.join(", ") : String(v);
+  if (Array.isArray(v) && v.length > 12) return `${v.length} values (in the JSON download)`;
+  return Array.isArray(v) ? v.map(cell).join(", ") : String(v);
 }
 
 function render(data, parent, title) {
