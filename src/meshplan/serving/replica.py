@@ -23,6 +23,9 @@ from meshplan.serving.sequence import Seq
 
 STRETCH = 256
 """Most pure-decode steps the fast-forward costs in one vectorised call."""
+MIN_STRETCH = 8
+"""Fewest steps (of the last step's length) before the next event for which the vectorised call
+beats costing step by step (numpy's per-call overhead is a few scalar steps' worth)."""
 
 
 class Replica:
@@ -86,8 +89,9 @@ class Replica:
             self.log.append(self.index, now, now + t, 0, count, len(self.running), 0,
                             self.pool.used, self.pool.total, preempted=0, kind="decode")
             now, ran = now + t, ran + 1
-            if self._admission_frozen() and hasattr(self.cost, "batch"):
-                return self._skip_stretches(now, horizon, ran)
+            if (self._admission_frozen() and hasattr(self.cost, "batch")
+                    and horizon - now > MIN_STRETCH * t):
+                return self._skip_stretches(now, horizon, ran, t)
         return now, ran
 
     def _admission_frozen(self) -> bool:
@@ -95,14 +99,18 @@ class Replica:
         waits, or the batch is full): then a run of steps depends only on time and blocks."""
         return not self.waiting or len(self.running) >= self.cfg.max_num_seqs
 
-    def _skip_stretches(self, now: float, horizon: float, ran: int) -> tuple[float, int]:
+    def _skip_stretches(self, now: float, horizon: float, ran: int, step_s: float) -> tuple[float, int]:
         """`skip_decodes` for a frozen queue, costing up to STRETCH steps at once: the step
         times from the cost model's vectorised form (`IterationCost.batch`, the same arithmetic
-        per row), their running sum from `now`, and the blocks each step allocates."""
+        per row), their running sum from `now`, and the blocks each step allocates. A stretch
+        is sized to the steps of `step_s` (the last step's time) that fit before `horizon`;
+        when all of them fit, the next stretch goes on from there."""
         d, pool = self.decode, self.pool
         while d.count and d.step not in d.finishing:
             upcoming = [k for k in d.finishing if k > d.step]
-            k = min(STRETCH, (min(upcoming) if upcoming else d.step + STRETCH) - d.step)
+            fit = (horizon - now) / step_s + 1.0
+            k = min(STRETCH, (min(upcoming) if upcoming else d.step + STRETCH) - d.step,
+                    int(fit) if fit < STRETCH else STRETCH)
             steps = d.step + np.arange(k)
             need = np.asarray(d.phase)[steps % d.period]
             calls = np.zeros((k, 7))
@@ -117,6 +125,7 @@ class Replica:
                 now, ran = float(ends[n - 1]), ran + n
             if n < k:
                 break
+            step_s = float(ends[-1] - ends[-2]) if k > 1 else step_s
         return now, ran
 
     def _record_stretch(self, now: float, ends: np.ndarray, grown: np.ndarray) -> None:
