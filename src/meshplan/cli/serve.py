@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
+from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
@@ -124,9 +125,12 @@ def simulate_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print metrics and simulation stats as JSON."),
     requests_csv: Path = typer.Option(None, help="Write one CSV row per request here."),
     trace_out: Path = typer.Option(None, help="Write a Chrome/Perfetto trace of the iterations here."),
+    html: Path = html_option.HTML,
     quiet: bool = QUIET,
 ) -> None:
     """Simulate a deployment under traffic: TTFT, TPOT, ITL, E2E, throughput and goodput."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
     plan = build_serving_plan(
         engine=engine, engine_version=engine_version, tp=tp, pp=pp, ep=ep, dp=dp, replicas=replicas,
         router=router, weights_dtype=weights_dtype, kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs,
@@ -160,6 +164,14 @@ def simulate_cmd(
             word = "[bold green]MET[/]" if verdict["met"] else "[bold red]NOT MET[/]"
             console.print(f"SLOs {word}: {verdict['attainment']:.1%} of requests meet every objective "
                           f"(needed {verdict['percentile']:g}%)", highlight=False)
+
+    def page():
+        from meshplan.report.pages_serving import simulate_page
+
+        title = f"{spec_model.name} on {plan.num_gpus} x {cluster.gpu.name}: {workload.description}"
+        return simulate_page(result, slo, slo_percentile, title, "meshplan serve simulate", given)
+
+    html_option.write(html, page)
     finish(verdict is None or verdict["met"])
 
 

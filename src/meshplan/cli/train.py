@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from rich import box
 from rich.table import Table
 
+from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import console, finish, print_json, user_errors, with_site
 from meshplan.errors import ConfigError
@@ -80,6 +81,7 @@ def _plan_flags(
     framework: str = typer.Option("megatron", help=_help("framework")),
     attention: str = typer.Option(None, help=_help("attention")),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (SI units: bytes, seconds)."),
+    html: Path = html_option.HTML,
 ) -> None:
     """The flags every `train` command takes (a signature template, never called)."""
 
@@ -92,8 +94,8 @@ def parse_inputs(flags: dict):
     """(model spec, cluster, TrainingPlan) from the shared flags."""
     spec = load_model(flags.pop("model"))
     cluster = opt.build_cluster(*(flags.pop(name) for name in HARDWARE))
-    flags.pop("json_out", None)
-    flags.pop("trace", None)
+    for name in ("json_out", "trace", "html"):
+        flags.pop(name, None)
     return spec, cluster, build_plan(**flags)
 
 
@@ -119,13 +121,22 @@ def with_plan_flags(extra: dict | None = None):
 @with_plan_flags()
 def memory(**flags) -> None:
     """Peak memory per GPU of a training plan, per pipeline stage, and whether it fits."""
-    json_out = flags["json_out"]
+    json_out, html, given = flags["json_out"], flags["html"], html_option.inputs(flags)
+    html_option.check(html)
     spec, cluster, plan = parse_inputs(flags)
     estimate = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
+    title = f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
     if json_out:
         print_json(memory_dict(estimate))
     else:
-        render_memory(estimate, f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}")
+        render_memory(estimate, title)
+
+    def page():
+        from meshplan.report.pages_training import memory_page
+
+        return memory_page(estimate, f"{title}: memory per GPU", "meshplan train memory", given)
+
+    html_option.write(html, page)
     finish(estimate.fits)
 
 
@@ -189,22 +200,33 @@ def register(app: typer.Typer) -> None:
 def estimate(**flags) -> None:
     """Step time, tokens/s per GPU, MFU and where the time goes, for one training plan."""
     json_out, trace, timeline = flags["json_out"], flags["trace"], flags.pop("timeline")
+    html, given = flags["html"], html_option.inputs({**flags, "timeline": timeline})
+    html_option.check(html)
     spec, cluster, plan = parse_inputs(flags)
+    title = f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
     est = best_plan(plan, spec, cluster)
-    if trace is not None or timeline:
+    if trace is not None or timeline or html is not None:
         est = replace(estimate_step(spec, cluster, est.plan, with_events=True), plan=est.plan)
+
+    def page():
+        from meshplan.report.pages_training import estimate_page
+
+        return estimate_page(est, f"{title}: one training step", "meshplan train estimate", given)
+
     if trace is not None:
         write_trace(trace, chrome_trace(est.pipeline.events, extra=trace_extras(est),
                                         metadata={"model": spec.name, "gpu": cluster.gpu.name}))
     if json_out:
         print_json(estimate_dict(est))
+        html_option.write(html, page)
         finish(est.memory.fits)
         return
-    render_estimate(est, f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}")
+    render_estimate(est, title)
     if timeline:
         console.print(text_timeline(est.pipeline.events), highlight=False, soft_wrap=True)
     if trace is not None:
         console.print(f"trace written to {trace} (open in ui.perfetto.dev or chrome://tracing)")
+    html_option.write(html, page)
     finish(est.memory.fits)
 
 

@@ -8,6 +8,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
@@ -83,9 +84,12 @@ def plan_command(
                                        "train; needed by --objective time-to-train."),
     top: int = typer.Option(5, help="Plans to show per cluster size."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    html: Path = html_option.HTML,
     quiet: bool = QUIET,
 ) -> None:
     """Search tp, pp, vpp, cp, ep, micro-batch, recompute and sharding; rank the plans that fit."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
     if objective not in OBJECTIVE_UNITS:
         raise ConfigError(f"--objective {objective!r}: use throughput, cost or time-to-train")
     _check_money(objective, price_per_gpu_hour, train_tokens)
@@ -100,7 +104,7 @@ def plan_command(
                           f"{', '.join(schedules_for(framework)) or 'no pipeline schedule'}")
     base = build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
                       framework=framework, precision=precision)
-    entries, searches = [], []
+    entries, searches, results = [], [], {}
     for n in parse_counts(num_gpus):
         cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None)
         check_pins(pinned, n)
@@ -113,12 +117,20 @@ def plan_command(
         entries += [plan_entry(e, model, cluster, s, m)
                     for e, s, m in zip(result.ranked, result.scores, money)]
         searches.append(_search_dict(result, n))
+        results[n] = result
         if not json_out:
             render(result, f"{spec.name} on {n} x {cluster.gpu.name}", cluster, money)
     if json_out:
         entries.sort(key=lambda e: e["score"])
         print_json({"plans": entries, "score_unit": OBJECTIVE_UNITS[objective],
                     "search": searches[0] if len(searches) == 1 else searches})
+
+    def page():
+        from meshplan.report.pages_training import plan_page
+
+        return plan_page(results, f"{spec.name} on {num_gpus} x {gpu}: plan search", "meshplan train plan", given)
+
+    html_option.write(html, page)
     finish(bool(entries))  # exit 1 when no requested cluster size has a plan that fits
 
 
@@ -243,11 +255,15 @@ def sweep_command(
                                 "extra; --address for a running cluster, else a local Ray)."),
     address: str = typer.Option(None, "--address", help="Ray cluster address, e.g. ray://head:10001 or auto."),
     chunk: int = typer.Option(None, "--chunk", help="Cells per task (default: up to 200, four tasks per worker)."),
+    html: Path = html_option.HTML,
     quiet: bool = QUIET,
 ) -> None:
     """The best plan of every grid cell, searched in parallel, as a CSV table (rows are written
     as tasks finish; the file ends sorted in grid order)."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
     from meshplan.training.sweep import run_sweep
+
 
     if backend not in ("local", "ray"):
         raise ConfigError(f"--backend {backend!r}: use local or ray")
@@ -262,4 +278,11 @@ def sweep_command(
                          backend=backend, address=address, chunk=chunk)
     ok = sum(r["status"] == "ok" for r in rows)
     console.print(f"{len(rows)} cells ({ok} with a fitting plan) written to {out}", highlight=False)
+
+    def page():
+        from meshplan.report.pages_training import sweep_page
+
+        return sweep_page(rows, "Training sweep: best plan per cell", "meshplan train sweep", given)
+
+    html_option.write(html, page)
     finish(ok > 0)

@@ -275,6 +275,13 @@ def queue_length_over_time(log: IterationLog,
                            bins: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(bin centers s, waiting requests): per bin, each replica's iteration-time-weighted mean
     queue length after scheduling, summed over replicas (an idle replica counts 0)."""
+    return summed_over_time(log, "waiting", bins)
+
+
+def summed_over_time(log: IterationLog, column: str,
+                     bins: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bin centers s, values): per bin, each replica's iteration-time-weighted mean of a log
+    column (e.g. "waiting", "num_seqs"), summed over replicas (an idle replica counts 0)."""
     edges = time_bins(log, bins)
-    means = binned_means(log, log.column("waiting").astype(float), edges)
+    means = binned_means(log, log.column(column).astype(float), edges)
     return (edges[:-1] + edges[1:]) / 2, np.nan_to_num(means, nan=0.0).sum(axis=0)

@@ -220,10 +220,20 @@ def why_winner(result: SearchResult) -> str:
         if not result.ranked:
             return "no plan fits"
         return "only one plan fits" if fitting < 2 else f"the best of {fitting} plans that fit"
-    a, b = result.ranked[0], result.ranked[1]
-    margin = a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu - 1
-    gaps = {k: b.breakdown.get(k, 0) / b.step_time_s - a.breakdown.get(k, 0) / a.step_time_s
+    return why_better(result.ranked[0], result.ranked[1])
+
+
+def share_gaps(a: StepEstimate, b: StepEstimate) -> dict[str, float]:
+    """Per breakdown part: its share of b's step minus its share of a's (positive: a spends
+    less of its step there)."""
+    return {k: b.breakdown.get(k, 0) / b.step_time_s - a.breakdown.get(k, 0) / a.step_time_s
             for k in a.breakdown}
+
+
+def why_better(a: StepEstimate, b: StepEstimate) -> str:
+    """One line: by how much plan `a` beats plan `b` per GPU, and the biggest reason."""
+    margin = a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu - 1
+    gaps = share_gaps(a, b)
     key = max(gaps, key=gaps.get)
     return (f"the best plan is {margin:.1%} faster than the runner-up; its largest edge: "
             f"{gaps[key]:.1%} less of the step in {key.replace('_', ' ')}")
