@@ -8,6 +8,7 @@ from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.training.constants import TrainingConstants
 from meshplan.training.context import CostContext, cost_context
+from meshplan.training.imbalance import imbalance_report
 from meshplan.training.memory import MemoryEstimate, estimate_memory
 from meshplan.training.plan import QUANTIZED
 from meshplan.training.pipeline_sim import (
@@ -35,6 +36,8 @@ class StepEstimate:
     memory: MemoryEstimate | None
     """Per-stage memory (None when estimated without it, e.g. while calibrating)."""
     chunks: tuple[ChunkTime, ...] = field(repr=False)
+    imbalance: dict[str, dict] = field(default_factory=dict)
+    """Document attention and MoE routing imbalance (training/imbalance.py); empty by default."""
 
 
 def _stage_times(ctx: CostContext, chunks: list[ChunkTime]) -> list[StageTimes]:
@@ -136,7 +139,7 @@ def estimate_from_parts(parts: StepParts, with_events: bool = False,
         mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
         breakdown=_breakdown(ctx, parts.chunks, pipe, dp_exposed, opt), pipeline=pipe,
         memory=estimate_memory(model, cluster, plan) if with_memory else None,
-        chunks=tuple(parts.chunks),
+        chunks=tuple(parts.chunks), imbalance=imbalance_report(model, plan),
     )
 
 
