@@ -15,8 +15,8 @@ step, not a per-micro-batch schedule).
 
 Balancing strategies (`TrainingPlan.balance`):
 - none: sequences go to micro-batches in packing order, micro-batches round-robin to DP ranks.
-- sort: sequences sorted by attention work, heaviest first, each to the DP rank with the least
-  work so far (longest-processing-time), as data-aware balancing across DP ranks does
+- sort: sequences sorted by attention work (of their busiest CP rank), heaviest first, each to
+  the DP rank with the least work so far (longest-processing-time), as data-aware balancing across DP ranks does
   (ByteScale, arXiv 2502.21231).
 - per-doc-cp: every document split into 2 cp pieces over the CP ranks (chunk r and 2 cp - 1 - r
   of each document), WLB-LLM's per-document sharding (arXiv 2503.17924 §5): CP ranks get equal
@@ -199,7 +199,7 @@ def attention_imbalance(spec: str, seq_len: int, global_batch: int, mbs: int, dp
     packed = packed_step(spec, seq_len, global_batch, balance == "reassign")
     per_doc = balance == "per-doc-cp"
     ranks = per_document_rank_work(packed, cp) if per_doc else zigzag_rank_work(packed, cp)
-    groups = _dp_groups(ranks.sum(axis=1), dp, balance in ("sort", "reassign"))
+    groups = _dp_groups(ranks.max(axis=1), dp, balance in ("sort", "reassign"))
     busiest, mean_cp = [], 0.0
     for batches in _microbatches(global_batch, mbs, dp, groups):
         per_mb = [ranks[b].sum(axis=0) for b in batches]
