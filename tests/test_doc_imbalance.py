@@ -169,6 +169,7 @@ BASE = ["train", "estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb"
     ("[10, 0]", "d.json", "line 2 has 0"),
     ("a,b\n1,2\n", "d.csv", "name the CSV column `length`"),
     ("", "d.txt", "holds no lengths"),
+    ("[1,", "d.json", "not valid JSON"),
 ])
 def test_bad_length_files_name_the_line(tmp_path, content, name, needle):
     f = tmp_path / name
@@ -181,6 +182,7 @@ def test_bad_length_files_name_the_line(tmp_path, content, name, needle):
     ("lognormal:mean=1500", "needs sigma"), ("zipf:s=1,min=9,max=3", "exceeds max"),
     ("lognormal:mean=-3,sigma=1", "must be positive"), ("gamma:k=2", "neither a distribution"),
     ("zipf:s=1,max=10,bogus=1", "'bogus=1' is not a parameter"),
+    ("lognormal:mean=900,sigma=1,seed=-1", "seed=-1 must be zero or more"),
 ])
 def test_bad_distributions_are_config_errors(spec, needle):
     result = runner.invoke(app, [*BASE, "--doc-lengths", spec])
@@ -219,3 +221,9 @@ def test_search_adds_the_balance_axis_only_with_a_distribution():
     result = search(MODEL, CLUSTER, docs, {"tp": 2, "micro_batch_size": 1}, top=3)
     best = result.ranked[0]
     assert best.plan.balance != "none" and best.imbalance["attention"]["balance"] == best.plan.balance
+
+
+def test_balance_without_documents_is_ignored_with_a_warning():
+    plan = resolve_plan(TrainingPlan(balance="sort", moe_balance="eplb"), MODEL, CLUSTER)
+    assert plan.balance == "none" and plan.moe_balance == "none"
+    assert {w.split(" is ")[0] for w in plan.warnings} >= {"balance=sort", "moe_balance=eplb"}

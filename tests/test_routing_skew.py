@@ -99,10 +99,20 @@ def test_measured_profile_file(tmp_path):
     assert moe["busiest_ep_rank_load"] == pytest.approx(4 / 12 * 8)
 
 
+def test_profile_csv_with_a_header(tmp_path):
+    from meshplan.training.routing import read_profile
+
+    f = tmp_path / "shares.csv"
+    f.write_text("expert,share\n0,0.5\n1,0.25\n2,0.25\n")
+    assert read_profile(str(f)) == (0.5, 0.25, 0.25)
+
+
 @pytest.mark.parametrize("content, needle", [
     ("[1, 2, 3]", "3 shares, but the model has 8 routed experts"),
     ("[1, 2, -3, 1, 1, 1, 1, 1]", "line 3 has -3"),
     ("[0, 0, 0, 0, 0, 0, 0, 0]", "no positive expert shares"),
+    ("[1, 2", "not valid JSON"),
+    ('[1, 2, "x", 1, 1, 1, 1, 1]', "line 3 has 'x'"),
 ])
 def test_bad_profiles_are_config_errors(tmp_path, content, needle):
     f = tmp_path / "shares.json"

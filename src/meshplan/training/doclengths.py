@@ -56,8 +56,9 @@ def _parse_named(spec: str) -> tuple[str, dict[str, float]]:
         raise ConfigError(f"--doc-lengths {spec!r}: {name} needs {', '.join(missing)} "
                           f"(e.g. {EXAMPLE})")
     for key, value in params.items():
-        if not math.isfinite(value) or value <= 0 and key != "seed":
-            raise ConfigError(f"--doc-lengths {spec!r}: {key}={value:g} must be positive")
+        if not math.isfinite(value) or value < 0 or (value == 0 and key != "seed"):
+            need = "zero or more" if key == "seed" else "positive"
+            raise ConfigError(f"--doc-lengths {spec!r}: {key}={value:g} must be {need}")
     if name == "zipf" and params["min"] > params["max"]:
         raise ConfigError(f"--doc-lengths {spec!r}: min={params['min']:g} exceeds max={params['max']:g}")
     return name, params
@@ -84,10 +85,10 @@ def _draw(name: str, params: dict[str, float], n: int, rng: np.random.Generator)
 def read_lengths(path: str) -> tuple[int, ...]:
     """Measured document lengths from a file: one integer per line, a JSON list (or an object
     with a `lengths` list), or a CSV with a `length` column (or a single column)."""
-    text = Path(path).read_text()
+    text = read_text(path, "--doc-lengths")
     suffix = Path(path).suffix.lower()
     if suffix == ".json":
-        data = json.loads(text)
+        data = load_json(text, path, "--doc-lengths")
         values = data.get("lengths") if isinstance(data, dict) else data
         if not isinstance(values, list):
             raise ConfigError(f"--doc-lengths {path}: expected a JSON list of lengths "
@@ -98,6 +99,22 @@ def read_lengths(path: str) -> tuple[int, ...]:
     else:
         rows = [(i + 1, line.strip()) for i, line in enumerate(text.splitlines()) if line.strip()]
     return tuple(_positive_int(path, where, value) for where, value in rows) or _empty(path)
+
+
+def read_text(path: str, flag: str) -> str:
+    """A user's data file as text (a file that is not text is a ConfigError naming the flag)."""
+    try:
+        return Path(path).read_text()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{flag} {path}: not a text file") from None
+
+
+def load_json(text: str, path: str, flag: str):
+    """Parsed JSON of a user's data file, or a ConfigError naming the flag and the position."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{flag} {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
 def _csv_rows(path: str, text: str) -> list[tuple[int, str]]:
@@ -115,7 +132,7 @@ def _positive_int(path: str, line: int, value) -> int:
         n = int(str(value).strip())
     except ValueError:
         n = 0
-    if n < 1 or isinstance(value, float) and value != n:
+    if n < 1:
         raise ConfigError(f"--doc-lengths {path}: line {line} has {value!r}; every document "
                           f"length must be a positive integer (tokens)")
     return n

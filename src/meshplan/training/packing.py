@@ -167,13 +167,10 @@ class DocImbalance:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
 
-def _dp_groups(work: np.ndarray, dp: int, balanced: bool) -> list[list[int]]:
-    """Sequence indices of each DP rank: round-robin by micro-batch in packing order, or
-    longest-processing-time (heaviest sequence to the least-loaded rank with room)."""
-    n = len(work)
-    per_rank = n // dp
-    if not balanced:
-        return [[] for _ in range(dp)]
+def _dp_groups(work: np.ndarray, dp: int) -> list[list[int]]:
+    """Sequence indices of each DP rank by longest-processing-time: the heaviest sequence to
+    the least-loaded rank that still has room."""
+    per_rank = len(work) // dp
     heap = [(0.0, r) for r in range(dp)]
     groups: list[list[int]] = [[] for _ in range(dp)]
     for i in np.argsort(-work, kind="stable").tolist():
@@ -184,9 +181,11 @@ def _dp_groups(work: np.ndarray, dp: int, balanced: bool) -> list[list[int]]:
     return groups
 
 
-def _microbatches(n: int, mbs: int, dp: int, groups: list[list[int]]) -> list[list[np.ndarray]]:
-    """Per DP rank, its micro-batches as arrays of sequence indices."""
-    if groups[0]:
+def _microbatches(n: int, mbs: int, dp: int,
+                  groups: list[list[int]] | None) -> list[list[np.ndarray]]:
+    """Per DP rank, its micro-batches as arrays of sequence indices: from `groups`, or in
+    packing order with micro-batches dealt round-robin (None)."""
+    if groups is not None:
         return [[np.asarray(g[k:k + mbs]) for k in range(0, len(g), mbs)] for g in groups]
     mb = np.arange(n).reshape(-1, mbs)
     return [[mb[j] for j in range(r, len(mb), dp)] for r in range(dp)]
@@ -199,7 +198,7 @@ def attention_imbalance(spec: str, seq_len: int, global_batch: int, mbs: int, dp
     packed = packed_step(spec, seq_len, global_batch, balance == "reassign")
     per_doc = balance == "per-doc-cp"
     ranks = per_document_rank_work(packed, cp) if per_doc else zigzag_rank_work(packed, cp)
-    groups = _dp_groups(ranks.max(axis=1), dp, balance in ("sort", "reassign"))
+    groups = _dp_groups(ranks.max(axis=1), dp) if balance in ("sort", "reassign") else None
     busiest, mean_cp = [], 0.0
     for batches in _microbatches(global_batch, mbs, dp, groups):
         per_mb = [ranks[b].sum(axis=0) for b in batches]

@@ -320,6 +320,10 @@ def _workload(plan: TrainingPlan, model: ModelSpec, warnings: list[str]) -> dict
             skew = None
         else:
             expert_shares(skew, moe[0].num_experts)
+    for field, value, needs in (("balance", plan.balance, docs), ("moe_balance", plan.moe_balance, skew)):
+        if value != "none" and needs is None:
+            warnings.append(f"{field}={value} is ignored without "
+                            f"{'doc_lengths' if field == 'balance' else 'expert_skew'}")
     return {"doc_lengths": docs, "balance": plan.balance if docs else "none",
             "expert_skew": skew, "moe_balance": plan.moe_balance if skew else "none"}
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import functools
 import heapq
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from meshplan.errors import ConfigError
+from meshplan.training.doclengths import load_json, read_text
 
 MOE_BALANCE = ("none", "aux-free", "eplb")
 AUX_FREE_RESIDUAL = 0.05
@@ -62,7 +62,7 @@ def _zipf(spec: str, experts: int) -> np.ndarray:
             params[key.strip()] = float(value)
         except ValueError:
             params[key.strip()] = float("nan")
-    if set(params) != {"s", "seed"} or not params["s"] >= 0:
+    if set(params) != {"s", "seed"} or not params["s"] >= 0 or not params["seed"] >= 0:
         raise ConfigError(f"--expert-skew {spec!r}: zipf takes s=EXPONENT (>= 0) and optionally "
                           f"seed=N, e.g. {EXAMPLE}")
     shares = np.arange(1, experts + 1, dtype=float) ** -params["s"]
@@ -73,22 +73,19 @@ def _zipf(spec: str, experts: int) -> np.ndarray:
 @functools.lru_cache(maxsize=16)
 def read_profile(path: str) -> tuple[float, ...]:
     """Per-expert token shares from a file: a JSON list, or one number per line (or CSV row)."""
-    text = Path(path).read_text()
+    text = read_text(path, "--expert-skew")
     if path.lower().endswith(".json"):
-        values = json.loads(text)
+        values = load_json(text, path, "--expert-skew")
         values = values.get("shares") if isinstance(values, dict) else values
         rows = list(enumerate(values if isinstance(values, list) else [], 1))
     else:
         rows = [(i, line.split(",")[-1].strip()) for i, line in enumerate(text.splitlines(), 1)
                 if line.strip()]
+        if rows and not _is_number(rows[0][1]):
+            rows = rows[1:]  # a CSV header
     out = []
     for line, value in rows:
-        try:
-            share = float(value)
-        except (TypeError, ValueError):
-            if line == 1 and not out:
-                continue  # a CSV header
-            share = -1.0
+        share = float(value) if _is_number(value) else -1.0
         if not share >= 0 or share == float("inf"):
             raise ConfigError(f"--expert-skew {path}: line {line} has {value!r}; every expert "
                               f"share must be a finite number >= 0")
@@ -96,6 +93,14 @@ def read_profile(path: str) -> tuple[float, ...]:
     if not out or sum(out) <= 0:
         raise ConfigError(f"--expert-skew {path}: no positive expert shares in the file")
     return tuple(out)
+
+
+def _is_number(value) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, bool)
 
 
 def expert_shares(spec: str, experts: int) -> np.ndarray:
@@ -154,5 +159,5 @@ def routing_load(spec: str, experts: int, ep: int, balance: str) -> RoutingLoad:
         loads, hottest = eplb_rank_loads(shares, ep, REDUNDANT_SLOTS_PER_RANK * ep)
         mean_replica = 1.0 / (experts + REDUNDANT_SLOTS_PER_RANK * ep)
         return RoutingLoad(hottest / mean_replica, float(loads.max()) * ep)
-    per_rank = shares.reshape(ep, -1).sum(axis=1) if experts % ep == 0 else np.ones(1)
-    return RoutingLoad(float(shares.max()) * experts, float(per_rank.max()) * len(per_rank))
+    per_rank = shares.reshape(ep, -1).sum(axis=1)  # resolve_plan checked that ep divides experts
+    return RoutingLoad(float(shares.max()) * experts, float(per_rank.max()) * ep)
