@@ -16,14 +16,16 @@ step, not a per-micro-batch schedule).
 Balancing strategies (`TrainingPlan.balance`):
 - none: sequences go to micro-batches in packing order, micro-batches round-robin to DP ranks.
 - sort: sequences sorted by attention work (of their busiest CP rank), heaviest first, each to
-  the DP rank with the least work so far (longest-processing-time), as data-aware balancing across DP ranks does
-  (ByteScale, arXiv 2502.21231).
+  the DP rank with the least work so far (longest-processing-time), in the spirit of
+  ByteScale's balance scheduler, which assigns data to ranks by their work (arXiv 2502.21231).
 - per-doc-cp: every document split into 2 cp pieces over the CP ranks (chunk r and 2 cp - 1 - r
-  of each document), WLB-LLM's per-document sharding (arXiv 2503.17924 §5): CP ranks get equal
+  of each document), WLB-LLM's per-document sharding (arXiv 2503.17924): CP ranks get equal
   work up to rounding.
 - reassign: documents re-packed, heaviest first, each into the sequence with the least
   attention work that still has room, then sequences spread over DP ranks as in `sort`
-  (WLB-LLM's workload-aware packing, §4, with fixed-length sequences here).
+  (after WLB-LLM's workload-aware variable-length packing, with fixed-length sequences here).
+Zeppelin (arXiv 2509.21841) goes further, partitioning attention and the linear modules
+differently and remapping between them; that is not modelled.
 """
 
 from __future__ import annotations

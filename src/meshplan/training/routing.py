@@ -33,11 +33,11 @@ from meshplan.training.doclengths import load_json, read_text
 MOE_BALANCE = ("none", "aux-free", "eplb")
 AUX_FREE_RESIDUAL = 0.05
 """Hottest expert's load over the mean left by auxiliary-loss-free balancing (assumption: the
-bias update keeps experts within a few percent of even on a global batch; Wang et al. report
-a small global maximal violation for it, well below auxiliary-loss balancing)."""
+bias update, nudged every step against the load, keeps experts within a few percent of even
+over a global batch)."""
 REDUNDANT_SLOTS_PER_RANK = 1
-"""Extra expert slots per EP rank under EPLB (assumption: DeepSeek-V3's deployment adds 32
-redundant experts over 256 across its EP group, here one replica slot per rank)."""
+"""Extra expert slots per EP rank under EPLB (assumption: one replica slot per rank; DeepSeek-V3
+deploys redundant experts the same way, arXiv 2412.19437 §3.4)."""
 EXAMPLE = "zipf:s=1.2 (hot experts spread by a seeded shuffle), or a file of per-expert token shares"
 
 
