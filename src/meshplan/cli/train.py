@@ -80,6 +80,10 @@ def _plan_flags(
                                          help=_help("tp_comm_overlap")),
     framework: str = typer.Option("megatron", help=_help("framework")),
     attention: str = typer.Option(None, help=_help("attention")),
+    doc_lengths: str = typer.Option(None, help=_help("doc_lengths")),
+    balance: str = typer.Option(None, help=_help("balance")),
+    expert_skew: str = typer.Option(None, help=_help("expert_skew")),
+    moe_balance: str = typer.Option(None, help=_help("moe_balance")),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (SI units: bytes, seconds)."),
     html: Path = html_option.HTML,
 ) -> None:
@@ -243,6 +247,25 @@ def render_estimate(est, title: str) -> None:
             share = seconds / est.step_time_s
             table.add_row(f"  {name.replace('_', ' ')}", f"{seconds:.3f} s  {share:5.1%}")
     console.print(table)
+    for line in imbalance_lines(est.imbalance):
+        console.print(line, highlight=False, soft_wrap=True)
     console.print(verdict(est.memory))
     for field, why in est.plan.chosen.items():
         console.print(f"  chose {field} = {why}", highlight=False, soft_wrap=True)
+
+
+def imbalance_lines(report: dict) -> list[str]:
+    """One line per kind of imbalance the estimate carries (none by default)."""
+    out = []
+    if "attention" in report:
+        a = report["attention"]
+        out.append(f"attention imbalance ({a['balance']}): busiest rank {a['imbalance']:.2f} x "
+                   f"mean (DP {a['dp_imbalance']:.2f}, CP {a['cp_imbalance']:.2f}); document "
+                   f"mask keeps {a['masked_share']:.0%} of causal work; attention time x "
+                   f"{a['attention_load']:.2f}")
+    if "moe" in report:
+        m = report["moe"]
+        out.append(f"MoE routing ({m['moe_balance']}): busiest expert {m['busiest_expert_load']:.2f} "
+                   f"x mean, busiest EP rank {m['busiest_ep_rank_load']:.2f} x mean "
+                   f"({m['unbalanced_busiest_ep_rank_load']:.2f} unbalanced)")
+    return out

@@ -13,7 +13,7 @@ from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
-from meshplan.cli.train import build_plan
+from meshplan.cli.train import _help, build_plan
 from meshplan.training.capabilities import schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.economics import economics
@@ -22,7 +22,8 @@ from meshplan.training.search import OBJECTIVE_UNITS, SearchResult, search, why_
 GIB = 2**30
 ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
 """dp_sharding as the ZeRO stage it corresponds to (the table's `zero` column)."""
-PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding", "schedule")
+PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding", "schedule",
+            "balance", "moe_balance")
 
 
 def parse_counts(text: str, flag: str = "--num-gpus") -> list[int]:
@@ -47,14 +48,16 @@ def plan_entry(est: StepEstimate, model: str, cluster, score: float, money: dict
                                           "sequence_parallel", "dp_sharding", "micro_batch_size",
                                           "global_batch_size", "seq_len", "recompute", "recompute_num_layers",
                                           "offload_optimizer", "precision",
-                                          "schedule", "framework", "tp_comm_overlap")}
+                                          "schedule", "framework", "tp_comm_overlap",
+                                          "doc_lengths", "balance", "expert_skew", "moe_balance")}
     sizes = [len(c) for c in p.chunk_layers]
     fields["pipeline_split"] = sizes if len(set(sizes)) > 1 else None
     return {"model": model, "hardware": {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus,
                                          "gpus_per_node": cluster.gpus_per_node},
             "plan": fields, **fields, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
             "step_time_s": est.step_time_s, "mfu": est.mfu, "peak_bytes": est.memory.peak_bytes,
-            "gpu_memory_bytes": est.memory.gpu_memory_bytes, **(money or {}), "score": score}
+            "gpu_memory_bytes": est.memory.gpu_memory_bytes, "imbalance": est.imbalance,
+            **(money or {}), "score": score}
 
 
 def plan_command(
@@ -77,6 +80,10 @@ def plan_command(
     dp_sharding: str = typer.Option(None, help="Pin data-parallel sharding."),
     schedule: str = typer.Option(None, help="Pin the pipeline schedule (megatron: 1f1b, interleaved; "
                                  "torchtitan: gpipe, 1f1b, interleaved)."),
+    doc_lengths: str = typer.Option(None, help=_help("doc_lengths") + " Adds the balance axis."),
+    balance: str = typer.Option(None, help="Pin document balancing (none, sort, per-doc-cp, reassign)."),
+    expert_skew: str = typer.Option(None, help=_help("expert_skew") + " Adds the moe_balance axis."),
+    moe_balance: str = typer.Option(None, help="Pin MoE balancing (none, aux-free, eplb)."),
     objective: str = typer.Option("throughput", help="throughput, cost or time-to-train."),
     price_per_gpu_hour: float = typer.Option(None, help="USD per GPU-hour: adds $/step, $/Mtok (and "
                                              "the run's cost with --train-tokens); needed by --objective cost."),
@@ -103,7 +110,8 @@ def plan_command(
         raise ConfigError(f"--schedule {schedule!r}: {framework} runs "
                           f"{', '.join(schedules_for(framework)) or 'no pipeline schedule'}")
     base = build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
-                      framework=framework, precision=precision)
+                      framework=framework, precision=precision, doc_lengths=doc_lengths,
+                      expert_skew=expert_skew, balance=balance, moe_balance=moe_balance)
     entries, searches, results = [], [], {}
     for n in parse_counts(num_gpus):
         cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None)
@@ -188,6 +196,27 @@ def _recompute(plan) -> str:
     return plan.recompute
 
 
+BALANCE_COLUMNS = (("balance", "attention", "balance", "{}"),
+                   ("attn busiest/mean", "attention", "imbalance", "{:.2f}"),
+                   ("attn time x", "attention", "attention_load", "{:.2f}"),
+                   ("moe balance", "moe", "moe_balance", "{}"),
+                   ("EP busiest/mean", "moe", "busiest_ep_rank_load", "{:.2f}"))
+"""Imbalance columns, shown for the kinds (document attention, MoE routing) the search priced."""
+
+
+def _render_balance(ranked) -> None:
+    """Each ranked plan's balancing strategies and the busiest rank's load over the mean."""
+    shown = [c for c in BALANCE_COLUMNS if c[1] in ranked[0].imbalance]
+    if not shown:
+        return
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    for col in ("#", *(c[0] for c in shown)):
+        table.add_column(col, justify="right", no_wrap=True)
+    for i, e in enumerate(ranked, 1):
+        table.add_row(str(i), *(fmt.format(e.imbalance[kind][key]) for _, kind, key, fmt in shown))
+    console.print(table)
+
+
 MONEY_COLUMNS = (("USD/step", "usd_per_step", "{:,.2f}"), ("USD/Mtok", "usd_per_million_tokens", "{:,.3f}"),
                  ("days to train", "time_to_train_days", "{:,.1f}"),
                  ("GPU-hours", "run_gpu_hours", "{:,.0f}"), ("run USD", "run_usd", "{:,.0f}"))
@@ -210,6 +239,7 @@ def render(result: SearchResult, title: str, cluster, money: list[dict] | None =
     if result.ranked:
         console.print(table)
         _render_money(money or [])
+        _render_balance(result.ranked)
     console.print(why_winner(result), highlight=False, soft_wrap=True)
     if not result.ranked:
         for memory in result.closest:

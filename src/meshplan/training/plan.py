@@ -20,6 +20,8 @@ QUANTIZED = ("fp8", "fp4")
 Optimizer = Literal["adamw", "adam", "sgd", "adafactor"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
 Attention = Literal["flash", "sdpa", "eager"]
+Balance = Literal["none", "sort", "per-doc-cp", "reassign"]
+MoEBalance = Literal["none", "aux-free", "eplb"]
 
 
 class TrainingPlan(BaseModel):
@@ -83,3 +85,17 @@ class TrainingPlan(BaseModel):
     async TP); None: the framework's usual choice (on for NeMo recipes, else off)."""
     capacity_factor: float | None = Field(None, gt=0)
     """MoE token dropping: each expert takes at most this multiple of its fair share."""
+    doc_lengths: str | None = None
+    """Document lengths of the training data, packed into sequences with a document mask:
+    fixed (one document per sequence), lognormal:mean=1500,sigma=1.2, zipf:s=1.2,min=64,max=65536
+    (seed=N optional), or a file of lengths; None: fixed."""
+    balance: Balance = "none"
+    """Balancing of document attention work over ranks: none, sort (sequences over DP ranks by
+    work), per-doc-cp (each document split over the CP ranks), reassign (documents re-packed by
+    work); only read with doc_lengths."""
+    expert_skew: str | None = None
+    """MoE routing skew: zipf:s=1.2 (seed=N optional), uniform, or a file of per-expert token
+    shares; None: the fitted dropless imbalance."""
+    moe_balance: MoEBalance = "none"
+    """MoE load balancing: none, aux-free (DeepSeek-V3 bias balancing), eplb (replicas of hot
+    experts on redundant slots); only read with expert_skew."""

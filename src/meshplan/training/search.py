@@ -15,6 +15,9 @@ from meshplan.training.estimate import StepEstimate, StepParts, estimate_from_pa
 from meshplan.training.memory import estimate_memory, fits_memory
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.capabilities import GENERIC, capability, problems
+from meshplan.training.doclengths import is_fixed
+from meshplan.training.packing import BALANCE
+from meshplan.training.routing import MOE_BALANCE
 from meshplan.training.resolve import resolve_plan
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)
@@ -65,6 +68,7 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
         "dp_sharding": _axis(pinned.get("dp_sharding"), cap.search_dp_sharding or cap.dp_sharding),
         "schedule": _axis(pinned.get("schedule"), (None,)),
         "offload_optimizer": cap.offload_optimizer,
+        **_balance_axes(base, model, pinned),
     }
     world = cluster.num_gpus
     for values in itertools.product(*axes.values()):
@@ -88,6 +92,17 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
                 yield plan.model_copy(update={"recompute_num_layers": per_chunk // 2})
 
 
+def _balance_axes(base: TrainingPlan, model: ModelSpec, pinned: dict) -> dict:
+    """Balancing strategies to search: only with a document-length distribution (document
+    balance) or an expert skew on a MoE model (MoE balance), unless pinned."""
+    axes = {}
+    if not is_fixed(base.doc_lengths):
+        axes["balance"] = _axis(pinned.get("balance"), BALANCE)
+    if base.expert_skew is not None and model.is_moe:
+        axes["moe_balance"] = _axis(pinned.get("moe_balance"), MOE_BALANCE)
+    return axes
+
+
 IGNORED = ("chosen", "warnings")
 
 
@@ -98,6 +113,10 @@ def _identity(plan) -> tuple:
     fields = {f: getattr(plan, f) for f in plan.__dataclass_fields__ if f not in IGNORED}
     if plan.shard_group == 1 and plan.expert_dp == 1:
         fields["dp_sharding"] = None
+    if plan.cp == 1 and plan.balance == "per-doc-cp":
+        fields["balance"] = "none"  # one CP rank: splitting each document changes nothing
+    if plan.ep == 1 and plan.moe_balance == "eplb":
+        fields["moe_balance"] = "none"  # one EP rank holds every expert: replicas change nothing
     return tuple(fields.values())
 
 

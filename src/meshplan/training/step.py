@@ -45,6 +45,7 @@ def _layer_key(ctx: CostContext) -> tuple:
     fields = tuple(getattr(p, f) for f in p.__dataclass_fields__ if f not in NOT_LAYER_FIELDS)
     return (id(ctx.model), id(ctx.cluster), ctx.c, ctx.comm, ctx.k, ctx.clock, ctx.tokens,
             ctx.act_width, ctx.gemm_dtype, ctx.full_recompute_share, ctx.kernel_profile,
+            ctx.attention_load,
             g.tp, g.cp, g.ep, fields)
 
 
