@@ -95,7 +95,8 @@ def _pool(role: str, replicas: int, model: ModelSpec, cluster: Cluster, plan: Se
 
 
 def resolve_pools(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload) -> list[Pool]:
-    """The pools of a deployment (one colocated pool, or prefill + decode), checked to fit."""
+    """The pools of a deployment (one colocated pool, prefill + decode, or one phase pool of a
+    disaggregated deployment), checked to fit."""
     offline = workload.concurrency is None and all(r.arrival_s == 0 for r in workload.requests)
     if plan.mtp_drafts and not model.mtp_layers:
         raise ConfigError(f"speculative_method='mtp': {model.name} has no multi-token-prediction "
@@ -108,6 +109,8 @@ def resolve_pools(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workloa
         return [_pool("both", plan.replicas * plan.dp, model, cluster, plan, workload, offline)]
     pools = []
     for role, gpus, tp in (("prefill", dis.prefill_gpus, dis.prefill_tp), ("decode", dis.decode_gpus, dis.decode_tp)):
+        if gpus is None:  # a phase pool: that side is not deployed
+            continue
         sub = plan.model_copy(update={"tp": tp, "disaggregated": None})
         if gpus % (tp * plan.pp):
             raise ConfigError(f"disaggregated.{role}_gpus={gpus} is not a multiple of {role}_tp x pp = {tp * plan.pp}")

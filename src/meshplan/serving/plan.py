@@ -20,18 +20,37 @@ SchedulerPolicy = Literal["max-utilization", "guaranteed-no-evict"]
 
 
 class Disaggregation(BaseModel):
-    """Prefill/decode disaggregation: separate pools, KV cache shipped from prefill to decode."""
+    """Prefill/decode disaggregation: separate pools, KV cache shipped from prefill to decode.
+
+    One side None is a phase pool: only the other pool is simulated (a benchmark of the prefill
+    pool alone, or of the decode pool alone with every request's prompt KV already present)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    prefill_gpus: int = Field(ge=1)
-    """GPUs in the prefill pool (a multiple of prefill_tp x pp)."""
-    decode_gpus: int = Field(ge=1)
-    """GPUs in the decode pool (a multiple of decode_tp x pp)."""
+    prefill_gpus: int | None = Field(None, ge=1)
+    """GPUs in the prefill pool (a multiple of prefill_tp x pp); None: no prefill pool, requests
+    reach the decode pool with their prompt's KV already computed."""
+    decode_gpus: int | None = Field(None, ge=1)
+    """GPUs in the decode pool (a multiple of decode_tp x pp); None: no decode pool, a request
+    ends with the first token its prefill samples."""
     prefill_tp: int = Field(1, ge=1)
     """Tensor-parallel size of each prefill instance."""
     decode_tp: int = Field(1, ge=1)
     """Tensor-parallel size of each decode instance."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Disaggregation":
+        if self.prefill_gpus is None and self.decode_gpus is None:
+            raise ValueError("disaggregated needs prefill_gpus or decode_gpus (null means that pool "
+                             "is not part of the deployment; one of them must be)")
+        return self
+
+    @property
+    def phase(self) -> str | None:
+        """The one pool deployed ("prefill" or "decode"); None when both are."""
+        if self.decode_gpus is None:
+            return "prefill"
+        return "decode" if self.prefill_gpus is None else None
 
 
 class ServingPlan(BaseModel):
@@ -111,5 +130,6 @@ class ServingPlan(BaseModel):
     def num_gpus(self) -> int:
         """GPUs of the whole deployment."""
         if self.disaggregated is not None:
-            return self.disaggregated.prefill_gpus + self.disaggregated.decode_gpus
+            d = self.disaggregated
+            return (d.prefill_gpus or 0) + (d.decode_gpus or 0)
         return self.gpus_per_replica * self.replicas

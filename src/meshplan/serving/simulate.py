@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from meshplan.costs.comm import p2p_time
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
@@ -81,6 +83,8 @@ class Simulation:
             self.groups.append(build_replicas(model, cluster, pool, workload, self.log, first, engine))
         self.entry = Router(plan.router, self.groups[0])
         self.decode = Router("least-outstanding", self.groups[-1]) if len(self.groups) > 1 else None
+        self.phase = plan.disaggregated.phase if plan.disaggregated is not None else None
+        """The one pool of a disaggregated deployment simulated alone ("prefill", "decode"), or None."""
         self.heap: list[tuple] = []
         self.order = 0
         self.independent = self.decode is None and not workload.concurrency
@@ -139,7 +143,10 @@ class Simulation:
         arrival = now if self.workload.concurrency else req.arrival_s
         record = RequestRecord(id=req.id, arrival_s=arrival, input_len=req.input_len, output_len=req.output_len)
         replica = self.entry.pick(req)
-        replica.add(Seq(req, record))
+        seq = Seq(req, record)
+        if self.phase == "decode":  # its prompt's KV is already there: it only decodes
+            seq.computed, seq.prefilled = req.input_len, True
+        replica.add(seq)
         self._kick(replica, now, upcoming)
 
     def _kick(self, replica: Replica, now: float, horizon: float = math.inf) -> None:
@@ -167,6 +174,8 @@ class Simulation:
     def _iteration_end(self, replica: Replica, now: float) -> int:
         self.iterations += 1
         replica.finish(now)
+        if self.phase is not None:
+            self._phase_pool_ends(replica, now)
         done = len(replica.finished)
         self.records.extend(replica.finished)
         replica.finished.clear()
@@ -176,6 +185,20 @@ class Simulation:
         # a closed loop sends the finished clients' next requests at `now`, after this kick
         self._kick(replica, now, now if done and self.workload.concurrency else math.inf)
         return done
+
+    def _phase_pool_ends(self, replica: Replica, now: float) -> None:
+        """A phase pool measured alone: a prefill pool's requests end with the token their
+        prefill samples (one output token each); a decode pool's first token is its first
+        decode step's."""
+        for seq in replica.handoff:
+            record = seq.record
+            record.output_len, record.finish_s, record.replica = 1, now, replica.index
+            record.token_times_s = np.array([record.first_token_s])
+            replica.finished.append(record)
+        replica.handoff.clear()
+        for record in replica.finished:
+            if record.first_token_s != record.first_token_s and len(record.token_times_s):
+                record.first_token_s = float(record.token_times_s[0])
 
     def _log_transfer(self, seq: Seq, start: float, end: float, target: Replica) -> None:
         pool = target.pool
