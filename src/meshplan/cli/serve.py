@@ -25,13 +25,34 @@ def _help(field: str) -> str:
     return ServingPlan.model_fields[field].description or ""
 
 
-def build_serving_plan(**fields) -> ServingPlan:
+POOLS = ("both", "prefill", "decode")
+
+
+def phase_pool(pool: str, dis: dict, tp: int, pp: int, replicas: int) -> dict:
+    """The disaggregation flags of `--pool prefill|decode`: that pool alone (the other side
+    None), sized by its own flags or else by --tp, --pp and --replicas."""
+    if pool not in POOLS:
+        raise ConfigError(f"--pool {pool!r}: choose one of {', '.join(POOLS)}")
+    if pool == "both":
+        return dis
+    other = "decode" if pool == "prefill" else "prefill"
+    given = [f"--{other}-{k}" for k in ("gpus", "tp") if dis[f"{other}_{k}"] is not None]
+    if given:
+        raise ConfigError(f"--pool {pool} simulates the {pool} pool alone; drop {' and '.join(given)}")
+    size = dis[f"{pool}_tp"] or tp
+    gpus = dis[f"{pool}_gpus"] or size * pp * replicas
+    return {f"{pool}_gpus": gpus, f"{pool}_tp": size, f"{other}_gpus": None, f"{other}_tp": None}
+
+
+def build_serving_plan(pool: str = "both", **fields) -> ServingPlan:
     """A ServingPlan from CLI values; a bad value becomes one message naming the flag."""
     dis = {k: fields.pop(k) for k in ("prefill_gpus", "decode_gpus", "prefill_tp", "decode_tp")}
+    dis = phase_pool(pool, dis, fields.get("tp") or 1, fields.get("pp") or 1, fields.get("replicas") or 1)
     try:
         if any(v is not None for v in dis.values()):
-            if dis["prefill_gpus"] is None or dis["decode_gpus"] is None:
-                raise ConfigError("disaggregation needs both --prefill-gpus and --decode-gpus")
+            if pool == "both" and (dis["prefill_gpus"] is None or dis["decode_gpus"] is None):
+                raise ConfigError("disaggregation needs both --prefill-gpus and --decode-gpus "
+                                  "(or --pool prefill|decode to simulate one pool alone)")
             fields["disaggregated"] = Disaggregation(**{k: v for k, v in dis.items() if v is not None})
         return ServingPlan(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
@@ -99,6 +120,8 @@ def simulate_cmd(
     decode_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the decode pool."),
     prefill_tp: int = typer.Option(None, help="Disaggregated: TP of each prefill instance."),
     decode_tp: int = typer.Option(None, help="Disaggregated: TP of each decode instance."),
+    pool: str = typer.Option("both", help="both, or one pool of a disaggregated deployment alone: prefill "
+                             "(requests end with their first token) or decode (prompts' KV already present)."),
     dataset: str = typer.Option("random", help="Lengths: fixed, random, sharegpt, normal, lognormal."),
     input_len: int = typer.Option(None, help="Prompt tokens (fixed value, random centre, or mean)."),
     output_len: int = typer.Option(None, help="Output tokens (fixed value, random centre, or mean)."),
@@ -134,7 +157,8 @@ def simulate_cmd(
         prefix_caching=prefix_caching, chunked_prefill=chunked_prefill,
         speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
         speculative_method=speculative_method, enforce_eager=enforce_eager,
-        prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp)
+        prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp,
+        pool=pool)
     spec_model = load_model(model)
     cluster = opt.build_cluster(gpu, num_gpus or plan.num_gpus, gpus_per_node, None, inter_node_gbps_per_gpu, None)
     workload = build_workload(
@@ -190,6 +214,13 @@ def _render(result: SimulationResult, workload: Workload) -> None:
             f"KV {pool['kv_cache_gib']:.1f} GiB = {pool['kv_tokens']:,} tokens/replica")
     console.print(f"workload: {workload.description}")
     console.print(result.metrics)
+    pools = result.pools
+    if len(pools) == 1 and pools[0].role != "both":  # a phase pool measured alone
+        m, gpus = result.metrics, pools[0].replicas * pools[0].plan.gpus_per_replica
+        rate, what = ((m.input_tokens_per_s, "input") if pools[0].role == "prefill"
+                      else (m.output_tokens_per_s, "output"))
+        console.print(f"{pools[0].role} pool alone: {rate:,.0f} {what} tokens/s = {rate / gpus:,.0f} per GPU",
+                      highlight=False)
     console.print(f"simulated {result.simulated_s:,.1f} s of traffic ({len(result.records):,} requests, "
                   f"{result.iterations:,} iterations) in {result.wall_s:.2f} s wall")
 

@@ -55,6 +55,9 @@ def _pools(plan: ServingPlan) -> list[tuple[str, int, int, int]]:
     dis = plan.disaggregated
     if dis is None:
         return [("server", plan.replicas, plan.tp, plan.gpus_per_replica)]
+    if dis.phase is not None:
+        raise ConfigError(f"the plan deploys only a {dis.phase} pool (a phase-pool measurement); "
+                          f"a launchable deployment needs both prefill_gpus and decode_gpus")
     if plan.dp > 1:
         raise ConfigError(f"dp={plan.dp} with disaggregated pools: the pools size each instance as "
                           f"its tp x pp GPUs; set dp=1 or serve without disaggregation")
