@@ -116,6 +116,7 @@ def simulate_cmd(
     acceptance_rate: float = typer.Option(None, help=_help("acceptance_rate")),
     speculative_method: str = typer.Option("eagle", help=_help("speculative_method")),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help=_help("enforce_eager")),
+    what_if: bool = typer.Option(False, "--what-if", help=_help("what_if")),
     prefill_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the prefill pool."),
     decode_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the decode pool."),
     prefill_tp: int = typer.Option(None, help="Disaggregated: TP of each prefill instance."),
@@ -156,7 +157,7 @@ def simulate_cmd(
         max_num_batched_tokens=max_num_batched_tokens, gpu_memory_utilization=gpu_memory_utilization,
         prefix_caching=prefix_caching, chunked_prefill=chunked_prefill,
         speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
-        speculative_method=speculative_method, enforce_eager=enforce_eager,
+        speculative_method=speculative_method, enforce_eager=enforce_eager, what_if=what_if or None,
         prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp,
         pool=pool)
     spec_model = load_model(model)

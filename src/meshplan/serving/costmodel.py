@@ -29,7 +29,8 @@ from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.serving.constants import EngineConstants
 from meshplan.serving.graphs import GraphPolicy
-from meshplan.serving.memory import KVLayout, stage_layers, weight_bits
+from meshplan.serving.kvquant import dequant_s_per_byte
+from meshplan.serving.memory import KVLayout, kv_dtype, stage_layers, weight_bits
 from meshplan.serving.plan import ServingPlan
 
 ROOFLINE_ORDER = 2.0
@@ -88,6 +89,9 @@ class IterationCost:
         self.win_flops_per_pair = sum(_pair_flops(l, self.plan.tp) for l in windowed)
         self.window = max((_window(l) for l in windowed), default=0)
         self.attn_unit = attention_time(1e12, gpu=gpu, dtype="bf16", c=self.c, vendor_kernel=True) / 1e12
+        self.dequant_s_per_byte = dequant_s_per_byte(kv_dtype(self.plan), gpu)
+        """Dequantisation per KV byte read (4-/2-bit KV; 0 otherwise), added to the attention
+        arithmetic that bounds a decode step's attention from below."""
 
     def __call__(self, tokens: int, seqs: int, decode_seqs: int, decode_ctx: float,
                  prefill_tokens: int, prefill_pairs: float, logits_rows: int) -> float:
@@ -123,7 +127,10 @@ class IterationCost:
         stage = _per_value(self.linear, t) + _per_value(self.head, rows)
         read = ctx * self.kv.bytes_per_token + dec * self.kv.windowed_bytes_per_request
         flops = ctx * self.full_flops_per_pair + np.minimum(ctx, dec * self.window) * self.win_flops_per_pair
-        stage += np.where(dec > 0, np.maximum(read * self.kv_read_s_per_byte, flops * self.attn_unit), 0.0)
+        compute = flops * self.attn_unit
+        if self.dequant_s_per_byte:
+            compute = compute + read * self.dequant_s_per_byte
+        stage += np.where(dec > 0, np.maximum(read * self.kv_read_s_per_byte, compute), 0.0)
         pflops = pairs * self.full_flops_per_pair + np.minimum(pairs, pre * self.window) * self.win_flops_per_pair
         stage += np.where(pre > 0, pflops * self.attn_unit, 0.0)
         stage += self.num_layers * self.k.layer_s  # in __call__'s order: equal to the last bit
@@ -251,7 +258,10 @@ class IterationCost:
             return 0.0
         read = ctx * self.kv.bytes_per_token + seqs * self.kv.windowed_bytes_per_request
         flops = ctx * self.full_flops_per_pair + min(ctx, seqs * self.window) * self.win_flops_per_pair
-        return max(read * self.kv_read_s_per_byte, flops * self.attn_unit)
+        compute = flops * self.attn_unit
+        if self.dequant_s_per_byte:  # 4-/2-bit KV: the fused kernel also dequantises what it reads
+            compute += read * self.dequant_s_per_byte
+        return max(read * self.kv_read_s_per_byte, compute)
 
     def prefill_attention(self, tokens: float, pairs: float) -> float:
         """Causal attention of prefill chunks: `pairs` (query, key) pairs; windowed layers see

@@ -14,9 +14,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 SpeculativeMethod = Literal["eagle", "mtp"]
 Engine = Literal["vllm", "sglang", "tensorrt-llm"]
 WeightsDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
-KVDtype = Literal["auto", "bf16", "fp16", "fp8"]
+KVDtype = Literal["auto", "bf16", "fp16", "fp8", "int4", "int2"]
 Router = Literal["round-robin", "least-outstanding", "prefix-affinity"]
 SchedulerPolicy = Literal["max-utilization", "guaranteed-no-evict"]
+
+ENGINE_KV_DTYPES = {
+    "vllm": "vLLM's --kv-cache-dtype offers fp8 (e4m3/e5m2)",
+    "sglang": "SGLang's --kv-cache-dtype offers fp8_e4m3/fp8_e5m2, and fp4_e2m1 on Blackwell",
+    "tensorrt-llm": "TensorRT-LLM quantizes the KV cache to fp8 or int8 (nvfp4 on Blackwell)",
+}
+"""What each engine's low-precision KV cache is (vLLM and SGLang docs, Quantized KV Cache pages;
+TensorRT-LLM's kv_cache_quant_algo)."""
 
 
 class Disaggregation(BaseModel):
@@ -79,7 +87,9 @@ class ServingPlan(BaseModel):
     weights_dtype: WeightsDtype = "bf16"
     """Weight precision (fp8/int8/int4/fp4 quantized checkpoints)."""
     kv_cache_dtype: KVDtype = "auto"
-    """KV-cache precision; auto: the activation dtype (fp16 for fp16 weights, else bf16)."""
+    """KV-cache precision; auto: the activation dtype (fp16 for fp16 weights, else bf16).
+    int4/int2: KIVI-style group-quantized KV (meshplan.serving.kvquant), a what-if (needs
+    what_if: no modeled engine ships it)."""
     max_num_seqs: int | None = Field(None, ge=1)
     """Most requests in one iteration's batch; None: the engine default for the GPU."""
     max_num_batched_tokens: int | None = Field(None, ge=1)
@@ -109,11 +119,20 @@ class ServingPlan(BaseModel):
     enforce_eager: bool = False
     """Run every iteration eagerly, without CUDA graphs (vLLM --enforce-eager, SGLang
     --disable-cuda-graph): small batches then wait on the host's kernel launches."""
+    what_if: bool = False
+    """Allow options no modeled engine ships (int4/int2 KV cache): a what-if of the cost model.
+    Without it a plan is refused as the engine would refuse it; exporters refuse such options."""
 
     @model_validator(mode="after")
     def _check(self) -> "ServingPlan":
         if self.speculative_tokens and self.acceptance_rate is None:
             raise ValueError("speculative_tokens needs acceptance_rate (the probability a draft token is accepted)")
+        if self.kv_cache_dtype in ("int4", "int2") and not self.what_if:
+            raise ValueError(
+                f"kv_cache_dtype={self.kv_cache_dtype!r}: {self.engine} has no {self.kv_cache_dtype} KV cache "
+                f"({ENGINE_KV_DTYPES[self.engine]}); 4-/2-bit KV (KIVI, arXiv 2402.02750) is served by "
+                f"Hugging Face transformers' QuantizedCache, not by vLLM, SGLang or TensorRT-LLM: set "
+                f"what_if=true (--what-if) to model it anyway, or use kv_cache_dtype='fp8'")
         return self
 
     @property
