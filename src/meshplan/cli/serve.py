@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -11,6 +12,7 @@ from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
+from meshplan.serving.lora import lora_slots
 from meshplan.serving.metrics import SLO
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import SimulationResult, simulate
@@ -69,8 +71,10 @@ def build_workload(trace: Path | None, trace_format: str | None, on_error: str, 
     if trace is not None:
         if trace_format is None:
             raise ConfigError("--trace needs --trace-format (burstgpt, azure or mooncake)")
-        return read_trace(trace, trace_format, on_error=on_error, time_scale=time_scale,
-                          max_requests=spec.get("num_requests"))
+        workload = read_trace(trace, trace_format, on_error=on_error, time_scale=time_scale,
+                              max_requests=spec.get("num_requests"))
+        lora = {k: spec[k] for k in ("lora_popularity", "lora_zipf_exponent") if spec.get(k) is not None}
+        return replace(workload, **lora, seed=seed) if lora else workload
     return synthesize(WorkloadSpec(**spec), seed=seed)
 
 
@@ -117,6 +121,11 @@ def simulate_cmd(
     speculative_method: str = typer.Option("eagle", help=_help("speculative_method")),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help=_help("enforce_eager")),
     what_if: bool = typer.Option(False, "--what-if", help=_help("what_if")),
+    lora_adapters: int = typer.Option(0, help=_help("lora_adapters")),
+    lora_rank: int = typer.Option(None, help=_help("lora_rank")),
+    max_loras: int = typer.Option(None, help=_help("max_loras")),
+    lora_popularity: str = typer.Option(None, help="How requests pick adapters: uniform or zipf."),
+    lora_zipf_exponent: float = typer.Option(None, help="zipf popularity: adapter k ~ 1/(k+1)^exponent (default 1)."),
     prefill_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the prefill pool."),
     decode_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the decode pool."),
     prefill_tp: int = typer.Option(None, help="Disaggregated: TP of each prefill instance."),
@@ -158,6 +167,7 @@ def simulate_cmd(
         prefix_caching=prefix_caching, chunked_prefill=chunked_prefill,
         speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
         speculative_method=speculative_method, enforce_eager=enforce_eager, what_if=what_if or None,
+        lora_adapters=lora_adapters, lora_rank=lora_rank, max_loras=max_loras,
         prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp,
         pool=pool)
     spec_model = load_model(model)
@@ -167,7 +177,8 @@ def simulate_cmd(
         arrival=_arrival(offline, request_rate, concurrency, burstiness), request_rate=request_rate,
         burstiness=burstiness, concurrency=concurrency, num_requests=num_requests, dataset=dataset,
         input_len=input_len, output_len=output_len, range_ratio=range_ratio,
-        shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns)
+        shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns,
+        lora_popularity=lora_popularity, lora_zipf_exponent=lora_zipf_exponent)
     if not slo_percentile <= 100:
         raise ConfigError(f"--slo-percentile {slo_percentile!r}: give a share of requests in (0, 100]")
     slo = None
@@ -216,6 +227,10 @@ def _render(result: SimulationResult, workload: Workload) -> None:
     console.print(f"workload: {workload.description}")
     console.print(result.metrics)
     pools = result.pools
+    plan = pools[0].plan
+    if plan.lora_adapters:
+        console.print(f"LoRA: {plan.lora_adapters} adapters of rank {plan.lora_rank}, {lora_slots(plan)} resident "
+                      f"per replica; {result.adapter_loads:,} host-to-GPU adapter loads", highlight=False)
     if len(pools) == 1 and pools[0].role != "both":  # a phase pool measured alone
         m, gpus = result.metrics, pools[0].replicas * pools[0].plan.gpus_per_replica
         rate, what = ((m.input_tokens_per_s, "input") if pools[0].role == "prefill"

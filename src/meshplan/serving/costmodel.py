@@ -30,6 +30,7 @@ from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.serving.constants import EngineConstants
 from meshplan.serving.graphs import GraphPolicy
 from meshplan.serving.kvquant import dequant_s_per_byte
+from meshplan.serving.lora import layer_widths, lora_time
 from meshplan.serving.memory import KVLayout, kv_dtype, stage_layers, weight_bits
 from meshplan.serving.plan import ServingPlan
 
@@ -73,6 +74,8 @@ class IterationCost:
         self._head_memo: dict[int, float] = {}
         self._groups()
         self._attention_rates()
+        self.lora_widths = layer_widths(list(self.layers.elements()), model, plan.tp) if plan.lora_adapters else None
+        """Adapted widths of the stage on one rank (multi-LoRA serving; None without adapters)."""
 
     def _groups(self) -> None:
         p = self.plan
@@ -227,6 +230,18 @@ class IterationCost:
             return 0.0
         size = t * mlp.top_k * self.model.hidden_size * 2.0 * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
         return 2 * (collective_time("all_to_all", size, self.ep_group, self.cluster) + self.k.collective_s)
+
+    def lora(self, tokens: int, adapters: int) -> float:
+        """Batched LoRA kernels of an iteration of `tokens` rows using `adapters` distinct
+        adapters (meshplan.serving.lora.lora_time), per pipeline stage like `__call__`."""
+        if self.lora_widths is None:
+            return 0.0
+        pp, gpu = self.plan.pp, self.cluster.gpu
+        stage = lora_time(math.ceil(tokens / pp), adapters, self.plan.lora_rank, self.lora_widths,
+                          hbm_s_per_byte=1.0 / (gpu.hbm_bandwidth_bytes_per_s * self.c.hbm_efficiency),
+                          flop_s=1.0 / (gpu.peak_flops("bf16") * self.c.gemm_efficiency),
+                          launch_s=self.c.launch_s)
+        return pp * self.device * stage
 
     def draft(self, rows: int) -> float:
         """One draft-token proposal for `rows` requests: an EAGLE head is about one decoder layer

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
+from meshplan.hardware.host import host_for
 from meshplan.model.spec import ModelSpec
 from meshplan.site import active_site
 from meshplan.serving.constants import EngineConstants, constants_key, engine_constants
@@ -15,6 +16,7 @@ from meshplan.serving.defaults import EngineDefaults, engine_defaults
 from meshplan.serving.graphs import graph_policy
 from meshplan.serving.iterations import IterationLog
 from meshplan.serving.kvcache import BlockPool
+from meshplan.serving.lora import AdapterSlots, adapter_bytes, check_lora, load_seconds, lora_slots
 from meshplan.serving.memory import ServingMemory, kv_layout, serving_memory, stage_layers, weight_bytes_per_gpu
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.replica import Replica
@@ -104,6 +106,11 @@ def resolve_pools(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workloa
     if plan.num_gpus > cluster.num_gpus:
         raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but the cluster has {cluster.num_gpus}; "
                           f"raise --num-gpus or lower tp/pp/dp/replicas")
+    if plan.lora_adapters:
+        check_lora(model, plan.engine, plan.engine_version)
+        if plan.disaggregated is not None:
+            raise ConfigError("lora_adapters with disaggregated pools is not modeled; serve the adapters "
+                              "from colocated replicas")
     dis = plan.disaggregated
     if dis is None:
         return [_pool("both", plan.replicas * plan.dp, model, cluster, plan, workload, offline)]
@@ -146,7 +153,13 @@ def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Wor
     cost = IterationCost(model, sub, plan, mem.kv, engine, graphs, device_scale=device)
     window = -(-int(mem.kv.windowed_bytes_per_request) // int(mem.kv.bytes_per_token * mem.block_size))
     caching = pool.defaults.prefix_caching if plan.prefix_caching is None else plan.prefix_caching
-    return [Replica(first_index + i, pool.scheduler,
-                    BlockPool(mem.num_blocks, mem.block_size, workload.hash_block_tokens, caching),
-                    cost, log, role=pool.role, window_blocks=window)
-            for i in range(pool.replicas)]
+    replicas = [Replica(first_index + i, pool.scheduler,
+                        BlockPool(mem.num_blocks, mem.block_size, workload.hash_block_tokens, caching),
+                        cost, log, role=pool.role, window_blocks=window)
+                for i in range(pool.replicas)]
+    if plan.lora_adapters:
+        size = adapter_bytes(list(stage_layers(model, plan.pp)), model, plan.tp, plan.lora_rank)
+        load_s = load_seconds(size, host_for(cluster.gpu.name).link_bytes_per_s)
+        for replica in replicas:
+            replica.lora = AdapterSlots(lora_slots(plan), load_s)
+    return replicas

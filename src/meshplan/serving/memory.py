@@ -17,6 +17,7 @@ from meshplan.hardware import GPUSpec
 from meshplan.model import counts
 from meshplan.model.spec import LayerSpec, ModelSpec, MoEMLP
 from meshplan.serving.kvquant import QUANTIZED_KV, kv_element_bytes, residual_bytes_per_request
+from meshplan.serving.lora import adapter_bytes, lora_slots
 from meshplan.serving.plan import ServingPlan
 
 GIB = 2**30
@@ -154,6 +155,8 @@ def serving_memory(model: ModelSpec, gpu: GPUSpec, plan: ServingPlan, *, utiliza
     `utilization` is a share of the whole GPU (vLLM, SGLang) or, with `fraction_of=
     "free_after_weights"`, of what weights, activations and runtime leave (TensorRT-LLM)."""
     weights = weight_bytes_per_gpu(model, plan)
+    if plan.lora_adapters:  # preallocated adapter slots at max rank (counted with the weights)
+        weights += lora_slots(plan) * adapter_bytes(list(stage_layers(model, plan.pp)), model, plan.tp, plan.lora_rank)
     act = activation_peak_bytes(model, plan, max_tokens, max_seqs)
     left = gpu.hbm_bytes - weights - act - RUNTIME_RESERVED_BYTES
     if fraction_of == "total":

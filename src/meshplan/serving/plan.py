@@ -119,6 +119,14 @@ class ServingPlan(BaseModel):
     enforce_eager: bool = False
     """Run every iteration eagerly, without CUDA graphs (vLLM --enforce-eager, SGLang
     --disable-cuda-graph): small batches then wait on the host's kernel launches."""
+    lora_adapters: int = Field(0, ge=0)
+    """Distinct LoRA adapters the traffic uses, each request naming one (meshplan.serving.lora);
+    0: the base model only."""
+    lora_rank: int = Field(16, ge=1)
+    """Rank of the adapters (vLLM --max-lora-rank, default 16)."""
+    max_loras: int | None = Field(None, ge=1)
+    """Adapters resident in HBM and usable in one batch (vLLM --max-loras, SGLang
+    --max-loras-per-batch); None: the engine default (vLLM 1, SGLang 8)."""
     what_if: bool = False
     """Allow options no modeled engine ships (int4/int2 KV cache): a what-if of the cost model.
     Without it a plan is refused as the engine would refuse it; exporters refuse such options."""

@@ -16,6 +16,7 @@ from meshplan.serving.costmodel import IterationCost
 from meshplan.serving.decodeset import DecodeSet
 from meshplan.serving.iterations import IterationLog
 from meshplan.serving.kvcache import BlockPool
+from meshplan.serving.lora import AdapterSlots
 from meshplan.serving.request import RequestRecord
 from meshplan.serving.scheduler import SchedulerConfig
 from meshplan.serving.sequence import Seq
@@ -47,6 +48,8 @@ class Replica:
         self._ndec = 0
         self.recorded: list[tuple] | None = None
         """When a list, each iteration's cost-model arguments are appended (schedule replay)."""
+        self.lora: AdapterSlots | None = None
+        """Resident LoRA adapters (multi-LoRA serving); None: the base model only."""
 
     @property
     def outstanding(self) -> int:
@@ -72,7 +75,7 @@ class Replica:
         returns (the time the last one ended, how many ran)."""
         d, ran = self.decode, 0
         if (self.prefilling or self.recorded is not None or self.cfg.speculative_tokens
-                or d.tokens_per_step != 1.0):
+                or d.tokens_per_step != 1.0 or self.lora is not None):
             return now, 0
         while d.count and d.step not in d.finishing:
             count, need = d.count, d.blocks_needed()
@@ -205,6 +208,28 @@ class Replica:
         return budget
 
     def _admit(self, budget: int) -> None:
+        """Admit waiting requests FCFS while seats, budget and blocks allow; with LoRA adapters,
+        requests whose adapter would exceed the batch's slots wait and later ones go first."""
+        if self.lora is None:
+            return self._admit_fcfs(budget)
+        queue, active = list(self.waiting), self._adapters()
+        room = self.cfg.max_num_seqs - len(self.running)
+        eligible = []
+        for seq in queue:
+            if len(eligible) >= room:
+                break
+            if self.lora.admissible(seq.adapter, active):
+                active.add(seq.adapter)
+                eligible.append(seq)
+        self.waiting = deque(eligible)
+        self._admit_fcfs(budget)
+        self.waiting = deque(s for s in queue if s.req.id not in self.running)
+
+    def _adapters(self) -> set[int]:
+        """Distinct adapters of the running requests."""
+        return {s.adapter for s in self.running.values()}
+
+    def _admit_fcfs(self, budget: int) -> None:
         """Admit waiting requests FCFS while seats, budget and blocks allow."""
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
@@ -342,6 +367,9 @@ class Replica:
         t = self.cost(*args)
         if k and decodes:
             t += k * self.cost.draft(decodes)
+        if self.lora is not None:  # batched adapter kernels, and copies of adapters not resident
+            active = self._adapters()
+            t += self.cost.lora(tokens, len(active)) + self.lora.make_resident(active) * self.lora.load_s
         return t
 
     def finish(self, end: float) -> None:

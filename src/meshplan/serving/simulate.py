@@ -22,6 +22,7 @@ from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.serving.deployment import Pool, build_replicas, resolve_pools
 from meshplan.serving.iterations import IterationLog
+from meshplan.serving.lora import assign_adapters
 from meshplan.serving.metrics import (
     SLO, ServingMetrics, compute_metrics, kv_utilization_over_time, queue_length_over_time,
 )
@@ -46,13 +47,16 @@ class SimulationResult:
     iterations: int
     simulated_s: float
     wall_s: float
+    adapter_loads: int = 0
+    """LoRA adapters copied host -> GPU over the run (multi-LoRA serving)."""
 
     def to_dict(self) -> dict:
         """`metrics`, `simulation` and `deployment` as plain data (the CLI's --json)."""
         return {"metrics": self.metrics.to_dict(),
                 "simulation": {"requests": len(self.records), "iterations": self.iterations,
                                "simulated_s": self.simulated_s, "wall_s": self.wall_s,
-                               "simulated_s_per_wall_s": self.simulated_s / max(self.wall_s, 1e-9)},
+                               "simulated_s_per_wall_s": self.simulated_s / max(self.wall_s, 1e-9),
+                               "adapter_loads": self.adapter_loads},
                 "deployment": [p.to_dict() for p in self.pools],
                 "timeseries": self.timeseries()}
 
@@ -84,6 +88,10 @@ class Simulation:
         self.entry = Router(plan.router, self.groups[0])
         self.decode = Router("least-outstanding", self.groups[-1]) if len(self.groups) > 1 else None
         self.phase = plan.disaggregated.phase if plan.disaggregated is not None else None
+        self.adapters = (assign_adapters(len(workload.requests), plan.lora_adapters, workload.lora_popularity,
+                                         workload.lora_zipf_exponent, workload.seed).tolist()
+                         if plan.lora_adapters else None)
+        """The LoRA adapter of each request (multi-LoRA serving), or None."""
         """The one pool of a disaggregated deployment simulated alone ("prefill", "decode"), or None."""
         self.heap: list[tuple] = []
         self.order = 0
@@ -134,9 +142,10 @@ class Simulation:
         if self.independent and sum(len(g) for g in self.groups) > 1:
             self._canonical_order()
         metrics = compute_metrics(self.records, self.log, slo)
+        loads = sum(r.lora.loads for g in self.groups for r in g if r.lora is not None)
         return SimulationResult(records=self.records, log=self.log, metrics=metrics, pools=self.pools,
                                 iterations=self.iterations, simulated_s=now,
-                                wall_s=time.perf_counter() - wall)
+                                wall_s=time.perf_counter() - wall, adapter_loads=loads)
 
     def _arrive(self, index: int, now: float, upcoming: float = math.inf) -> None:
         req = self.workload.requests[index]
@@ -146,6 +155,8 @@ class Simulation:
         seq = Seq(req, record)
         if self.phase == "decode":  # its prompt's KV is already there: it only decodes
             seq.computed, seq.prefilled = req.input_len, True
+        if self.adapters is not None:
+            seq.adapter = self.adapters[req.id]
         replica.add(seq)
         self._kick(replica, now, upcoming)
 
