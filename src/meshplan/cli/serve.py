@@ -121,6 +121,9 @@ def simulate_cmd(
     speculative_method: str = typer.Option("eagle", help=_help("speculative_method")),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help=_help("enforce_eager")),
     what_if: bool = typer.Option(False, "--what-if", help=_help("what_if")),
+    kv_offload: str = typer.Option("none", help=_help("kv_offload")),
+    kv_cpu_gib: float = typer.Option(None, help="kv_offload=cpu: host memory for offloaded KV per replica, GiB."),
+    kv_hit_rate: float = typer.Option(None, help=_help("kv_hit_rate")),
     lora_adapters: int = typer.Option(0, help=_help("lora_adapters")),
     lora_rank: int = typer.Option(None, help=_help("lora_rank")),
     max_loras: int = typer.Option(None, help=_help("max_loras")),
@@ -167,7 +170,8 @@ def simulate_cmd(
         prefix_caching=prefix_caching, chunked_prefill=chunked_prefill,
         speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
         speculative_method=speculative_method, enforce_eager=enforce_eager, what_if=what_if or None,
-        lora_adapters=lora_adapters, lora_rank=lora_rank, max_loras=max_loras,
+        lora_adapters=lora_adapters, lora_rank=lora_rank, max_loras=max_loras, kv_offload=kv_offload,
+        kv_cpu_bytes=None if kv_cpu_gib is None else kv_cpu_gib * 2**30, kv_hit_rate=kv_hit_rate,
         prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp,
         pool=pool)
     spec_model = load_model(model)

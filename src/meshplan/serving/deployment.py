@@ -16,6 +16,7 @@ from meshplan.serving.defaults import EngineDefaults, engine_defaults
 from meshplan.serving.graphs import graph_policy
 from meshplan.serving.iterations import IterationLog
 from meshplan.serving.kvcache import BlockPool
+from meshplan.serving.kvtier import CpuTier, capacity_units
 from meshplan.serving.lora import AdapterSlots, adapter_bytes, check_lora, load_seconds, lora_slots
 from meshplan.serving.memory import ServingMemory, kv_layout, serving_memory, stage_layers, weight_bytes_per_gpu
 from meshplan.serving.plan import ServingPlan
@@ -157,6 +158,12 @@ def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Wor
                         BlockPool(mem.num_blocks, mem.block_size, workload.hash_block_tokens, caching),
                         cost, log, role=pool.role, window_blocks=window)
                 for i in range(pool.replicas)]
+    if plan.kv_offload == "cpu":
+        link = host_for(cluster.gpu.name).link_bytes_per_s
+        unit = replicas[0].pool.hash_tokens
+        units = capacity_units(plan.kv_cpu_bytes or 0.0, plan.gpus_per_replica, mem.kv.bytes_per_token, unit)
+        for replica in replicas:
+            replica.cpu = CpuTier(units, plan.kv_hit_rate, mem.kv.bytes_per_token / link)
     if plan.lora_adapters:
         size = adapter_bytes(list(stage_layers(model, plan.pp)), model, plan.tp, plan.lora_rank)
         load_s = load_seconds(size, host_for(cluster.gpu.name).link_bytes_per_s)

@@ -17,6 +17,7 @@ WeightsDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 KVDtype = Literal["auto", "bf16", "fp16", "fp8", "int4", "int2"]
 Router = Literal["round-robin", "least-outstanding", "prefix-affinity"]
 SchedulerPolicy = Literal["max-utilization", "guaranteed-no-evict"]
+KVOffload = Literal["none", "cpu"]
 
 ENGINE_KV_DTYPES = {
     "vllm": "vLLM's --kv-cache-dtype offers fp8 (e4m3/e5m2)",
@@ -127,6 +128,16 @@ class ServingPlan(BaseModel):
     max_loras: int | None = Field(None, ge=1)
     """Adapters resident in HBM and usable in one batch (vLLM --max-loras, SGLang
     --max-loras-per-batch); None: the engine default (vLLM 1, SGLang 8)."""
+    kv_offload: KVOffload = "none"
+    """cpu: a host-memory tier under the KV cache (LMCache, SGLang's hierarchical cache): prompt
+    KV found there is copied back over the host link instead of recomputed
+    (meshplan.serving.kvtier); none: the GPU cache only."""
+    kv_cpu_bytes: float | None = Field(None, gt=0)
+    """Host memory for offloaded KV per replica, bytes (with kv_offload=cpu, when the hits come
+    from the workload's prefix sharing)."""
+    kv_hit_rate: float | None = Field(None, ge=0, le=1)
+    """Share of each prompt found in the CPU tier, given instead of derived from the workload's
+    prefix sharing (with kv_offload=cpu)."""
     what_if: bool = False
     """Allow options no modeled engine ships (int4/int2 KV cache): a what-if of the cost model.
     Without it a plan is refused as the engine would refuse it; exporters refuse such options."""
@@ -135,6 +146,11 @@ class ServingPlan(BaseModel):
     def _check(self) -> "ServingPlan":
         if self.speculative_tokens and self.acceptance_rate is None:
             raise ValueError("speculative_tokens needs acceptance_rate (the probability a draft token is accepted)")
+        if self.kv_offload == "none" and (self.kv_cpu_bytes is not None or self.kv_hit_rate is not None):
+            raise ValueError("kv_cpu_bytes and kv_hit_rate describe a CPU KV tier: set kv_offload='cpu'")
+        if self.kv_offload == "cpu" and self.kv_cpu_bytes is None and self.kv_hit_rate is None:
+            raise ValueError("kv_offload='cpu' needs kv_cpu_bytes (host memory for the KV, per replica) "
+                             "or kv_hit_rate (the share of each prompt found there)")
         if self.kv_cache_dtype in ("int4", "int2") and not self.what_if:
             raise ValueError(
                 f"kv_cache_dtype={self.kv_cache_dtype!r}: {self.engine} has no {self.kv_cache_dtype} KV cache "
