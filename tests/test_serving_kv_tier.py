@@ -105,3 +105,23 @@ def test_cli_runs_a_cpu_tier():
     out = runner.invoke(app, [*BASE, "--kv-offload", "cpu", "--kv-cpu-gib", "64", "--shared-prefix-len", "1000",
                               "--json"])
     assert out.exit_code == 0, out.output
+
+
+def test_exporters_write_the_cpu_tier():
+    from meshplan.errors import ConfigError
+    from meshplan.export.serving import export_serving
+    from meshplan.serving.plan import Disaggregation
+    from tests.test_serving_export import KNOWN, servers
+
+    plan = ServingPlan(tp=2, kv_offload="cpu", kv_cpu_bytes=200 * 2**30)
+    [words] = servers("vllm", export_serving("vllm", "meta-llama/Llama-3.1-8B-Instruct", plan))
+    assert "LMCACHE_MAX_LOCAL_CPU_SIZE=100.0" in words and "LMCACHE_LOCAL_CPU=True" in words
+    assert '{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}' in words
+    sglang = plan.model_copy(update={"engine": "sglang", "kv_cpu_bytes": 200e9})
+    [words] = servers("sglang", export_serving("sglang", "meta-llama/Llama-3.1-8B-Instruct", sglang))
+    assert words[words.index("--hicache-size") + 1] == "100" and "--enable-hierarchical-cache" in words
+    assert {w for w in words if w.startswith("--")} <= KNOWN["sglang"] | {"--enable-hierarchical-cache", "--hicache-size"}
+    split = ServingPlan(kv_offload="cpu", kv_hit_rate=0.5,
+                        disaggregated=Disaggregation(prefill_gpus=1, decode_gpus=1))
+    with pytest.raises(ConfigError, match="one --kv-transfer-config"):
+        export_serving("vllm", "meta-llama/Llama-3.1-8B-Instruct", split)

@@ -25,6 +25,10 @@ Where each flag comes from:
 - LoRAConfig group: --enable-lora, --max-loras, --max-lora-rank (one of 1, 8, 16, 32, 64, 128,
   256, 320, 512), --max-cpu-loras; FrontendArgs: --lora-modules NAME=PATH ...
   (docs/features/lora.md).
+- KV offload to CPU (kv_offload=cpu): LMCache's vLLM connector, --kv-transfer-config
+  {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"} with LMCACHE_LOCAL_CPU,
+  LMCACHE_MAX_LOCAL_CPU_SIZE (GiB per worker) and LMCACHE_CHUNK_SIZE (LMCache docs, vLLM
+  integration; needs pip install lmcache).
 - Disaggregated prefill: NixlConnector with kv_role kv_both on both pools, a distinct
   VLLM_NIXL_SIDE_CHANNEL_PORT per instance on a host, and the test proxy
   tests/v1/kv_connector/nixl_integration/toy_proxy_server.py (--port, --prefiller-hosts,
@@ -54,6 +58,9 @@ LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """Values vLLM's LoRAConfig accepts for --max-lora-rank (vllm/config/lora.py MaxLoRARanks)."""
 SPECULATIVE_METHOD = "eagle3"
 KV_CONNECTOR = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+LMCACHE_CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+LMCACHE_CHUNK_TOKENS = 256
+"""LMCache's default chunk size (LMCACHE_CHUNK_SIZE), written out."""
 ROUTER_NOTES = {"round-robin": "",
                 "least-outstanding": " (each request to the replica with the fewest in flight)",
                 "prefix-affinity": " (requests sharing a prefix or session go to the same replica)"}
@@ -137,6 +144,18 @@ def _lora_flags(plan: ServingPlan) -> Flags:
             ("--max-cpu-loras", max(slots, plan.lora_adapters)), ("--lora-modules", Raw(f"${LORA_VARIABLE}"))]
 
 
+def _lmcache_env(plan: ServingPlan) -> dict[str, object]:
+    """LMCache's CPU backend for kv_offload=cpu: its size per GPU worker in GiB (LMCache's
+    default, 5, when the plan gives a hit rate instead of a size)."""
+    if plan.disaggregated is not None:
+        raise ConfigError("kv_offload='cpu' with disaggregated pools: vLLM takes one --kv-transfer-config "
+                          "connector (NixlConnector for the pools); drop one of them")
+    env: dict[str, object] = {"LMCACHE_LOCAL_CPU": "True", "LMCACHE_CHUNK_SIZE": LMCACHE_CHUNK_TOKENS}
+    if plan.kv_cpu_bytes is not None:
+        env["LMCACHE_MAX_LOCAL_CPU_SIZE"] = f"{plan.kv_cpu_bytes / plan.gpus_per_replica / 2**30:.1f}"
+    return env
+
+
 def _instance_command(model: str, plan: ServingPlan, inst: Instance, position: int, host: str,
                       shared: Flags, background: bool) -> list[str]:
     env: dict[str, object] = {"CUDA_VISIBLE_DEVICES": Raw(",".join(map(str, inst.gpus)))}
@@ -145,6 +164,9 @@ def _instance_command(model: str, plan: ServingPlan, inst: Instance, position: i
         # Each instance on a host needs its own NIXL handshake port (a DP rank adds its rank).
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = FIRST_SIDE_PORT["nixl"] + 100 * position
         flags.append(("--kv-transfer-config", json.dumps(KV_CONNECTOR)))
+    elif plan.kv_offload == "cpu":
+        env.update(_lmcache_env(plan))
+        flags.append(("--kv-transfer-config", json.dumps(LMCACHE_CONNECTOR)))
     return [f"# {inst.role} {inst.index}: {gpu_words(inst)}, port {inst.port}"] + \
         command(["vllm", "serve", model], flags, env=env, background=background)
 
@@ -200,6 +222,10 @@ def export(model: str, plan: ServingPlan, *, port: int = 8000, host: str = "0.0.
         lines += speculative_lines(plan, f"an EAGLE-3 head (vLLM method {SPECULATIVE_METHOD})")
     if plan.lora_adapters:
         lines += lora_lines(plan, lora_slots(plan), "--lora-modules")
+    if plan.kv_offload == "cpu":
+        lines.append("# kv_offload=cpu: LMCache's CPU backend (pip install lmcache)" +
+                     ("." if plan.kv_cpu_bytes is not None else
+                      "; the plan gave a hit rate, not a size: LMCache's default size applies."))
     for position, inst in enumerate(instances):
         lines += [""] + _instance_command(model, plan, inst, position, host, shared, several)
     if several:
