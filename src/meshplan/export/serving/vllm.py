@@ -160,12 +160,13 @@ def _instance_command(model: str, plan: ServingPlan, inst: Instance, position: i
                       shared: Flags, background: bool) -> list[str]:
     env: dict[str, object] = {"CUDA_VISIBLE_DEVICES": Raw(",".join(map(str, inst.gpus)))}
     flags: Flags = [("--host", host), ("--port", inst.port)] + _parallel_flags(plan, inst.tp) + shared
+    if plan.kv_offload == "cpu":
+        env.update(_lmcache_env(plan))
     if inst.role != "server":
         # Each instance on a host needs its own NIXL handshake port (a DP rank adds its rank).
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = FIRST_SIDE_PORT["nixl"] + 100 * position
         flags.append(("--kv-transfer-config", json.dumps(KV_CONNECTOR)))
     elif plan.kv_offload == "cpu":
-        env.update(_lmcache_env(plan))
         flags.append(("--kv-transfer-config", json.dumps(LMCACHE_CONNECTOR)))
     return [f"# {inst.role} {inst.index}: {gpu_words(inst)}, port {inst.port}"] + \
         command(["vllm", "serve", model], flags, env=env, background=background)
