@@ -55,7 +55,9 @@ def _plan_flags(
     model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
     gpu: str = opt.GPU, num_gpus: int = opt.NUM_GPUS, gpus_per_node: int = opt.GPUS_PER_NODE,
     scale_up_domain: int = opt.SCALE_UP_DOMAIN, inter_node_gbps_per_gpu: float = opt.INTER_NODE_GBPS,
-    gpu_power_limit_w: float = opt.POWER_LIMIT,
+    gpu_power_limit_w: float = opt.POWER_LIMIT, host_memory_gb: float = opt.HOST_MEMORY,
+    host_link_gb_per_s: float = opt.HOST_LINK, nvme_read_gb_per_s: float = opt.NVME_READ,
+    nvme_write_gb_per_s: float = opt.NVME_WRITE, nvme_tb: float = opt.NVME_TB,
     tp: int = typer.Option(1, help=_help("tp")), pp: int = typer.Option(1, help=_help("pp")),
     vpp: int = typer.Option(None, help=_help("vpp")), dp: int = typer.Option(None, help=_help("dp")),
     cp: int = typer.Option(1, help=_help("cp")), ep: int = typer.Option(1, help=_help("ep")),
@@ -91,7 +93,8 @@ HARDWARE = ("gpu", "num_gpus", "gpus_per_node", "scale_up_domain", "inter_node_g
 def parse_inputs(flags: dict):
     """(model spec, cluster, TrainingPlan) from the shared flags."""
     spec = load_model(flags.pop("model"))
-    cluster = opt.build_cluster(*(flags.pop(name) for name in HARDWARE))
+    cluster = opt.build_cluster(*(flags.pop(name) for name in HARDWARE),
+                                **{name: flags.pop(name) for name in opt.HOST_OPTIONS})
     flags.pop("json_out", None)
     flags.pop("trace", None)
     return spec, cluster, build_plan(**flags)

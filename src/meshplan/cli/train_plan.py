@@ -61,6 +61,9 @@ def plan_command(
     gpu: str = opt.GPU,
     num_gpus: str = typer.Option(..., "--num-gpus", help="GPU count, a list (64,128) or a range (64-512)."),
     gpus_per_node: int = opt.GPUS_PER_NODE,
+    host_memory_gb: float = opt.HOST_MEMORY, host_link_gb_per_s: float = opt.HOST_LINK,
+    nvme_read_gb_per_s: float = opt.NVME_READ, nvme_write_gb_per_s: float = opt.NVME_WRITE,
+    nvme_tb: float = opt.NVME_TB,
     seq_len: int = typer.Option(4096, help="Tokens per sequence."),
     global_batch_size: int = typer.Option(None, help="Sequences per step."),
     global_batch_tokens: int = typer.Option(None, help="Tokens per step (alternative to the above)."),
@@ -101,8 +104,9 @@ def plan_command(
     base = build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
                       framework=framework, precision=precision)
     entries, searches = [], []
+    host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}
     for n in parse_counts(num_gpus):
-        cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None)
+        cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None, **host)
         check_pins(pinned, n)
         with progress(f"searching {n} GPUs", show_progress(quiet, json_out)) as update:
             result = search(spec, cluster, base, pinned, objective=objective, top=top,
