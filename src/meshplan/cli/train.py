@@ -73,6 +73,8 @@ def _plan_flags(
     recompute_num_layers: int = typer.Option(None, help=_help("recompute_num_layers")),
     offload_activations: bool = typer.Option(False, help=_help("offload_activations")),
     offload_optimizer: bool = typer.Option(False, help=_help("offload_optimizer")),
+    offload_params: bool = typer.Option(False, help=_help("offload_params")),
+    offload_target: str = typer.Option("cpu", help=_help("offload_target")),
     precision: str = typer.Option("bf16", help=_help("precision")),
     optimizer: str = typer.Option("adamw", help=_help("optimizer")),
     schedule: str = typer.Option(None, help=_help("schedule")),

@@ -32,10 +32,11 @@ class ChunkTime:
 NOT_LAYER_FIELDS = frozenset({
     "dp", "pp", "vpp", "shard_group", "expert_dp", "global_batch_size", "num_microbatches",
     "chunk_layers", "dp_sharding", "schedule", "optimizer", "offload_optimizer", "rank_order",
-    "chosen", "warnings"})
+    "offload_activations", "offload_params", "offload_target", "chosen", "warnings"})
 """Resolved-plan fields one decoder layer's time does not read: pipeline depth, batch count and
 sharding act on whole chunks and stages, and where the layout puts the tensor-, context- and
-expert-parallel groups is in the key through their placements. A field missing here is part of
+expert-parallel groups is in the key through their placements; offload copies are costed per chunk around the cached layer
+times (`training.offload_copies`). A field missing here is part of
 the key: a new plan field is assumed to matter until listed."""
 _LAYER_TIMES: dict = {}
 
