@@ -174,9 +174,24 @@ def verdict(estimate: MemoryEstimate) -> str:
     peak, cap = estimate.peak_stage, estimate.gpu_memory_bytes
     margin = (cap - peak.total_bytes) / GIB
     where = f"stage {peak.stage}: {peak.total_bytes / GIB:.1f} of {cap / GIB:.1f} GiB"
+    tiers = _offload_tiers(estimate)
     if estimate.fits:
-        return f"[bold green]FITS[/] ({where}, {margin:.1f} GiB free)"
-    return f"[bold red]DOES NOT FIT[/] ({where}, {-margin:.1f} GiB over)"
+        return f"[bold green]FITS[/] ({where}, {margin:.1f} GiB free){tiers}"
+    if estimate.short_of != "GPU memory":
+        return f"[bold red]DOES NOT FIT[/] in {estimate.short_of} (GPU {where}: fits){tiers}"
+    return f"[bold red]DOES NOT FIT[/] ({where}, {-margin:.1f} GiB over){tiers}"
+
+
+def _offload_tiers(estimate: MemoryEstimate) -> str:
+    """Offloaded bytes per GPU against each tier's per-GPU share, one line per tier used."""
+    lines = ""
+    for name, used, cap in (("host memory", estimate.host_peak_bytes, estimate.host_memory_bytes),
+                            ("NVMe", estimate.nvme_peak_bytes, estimate.nvme_capacity_bytes)):
+        if used > 0:
+            over = " [bold red]over[/]" if used > cap else ""
+            lines += (f"\n  offloaded to {name}: {used / GIB:.1f} of {cap / GIB:.1f} GiB "
+                      f"per GPU{over}")
+    return lines
 
 
 def register(app: typer.Typer) -> None:
