@@ -2,7 +2,9 @@
 
 Each stage's peak is the sum of its model states (`states`), the activations its schedule keeps
 alive (`schedules` x `activations`), the last stage's logits and loss buffers, communication
-buffers, a one-layer backward working set, allocator fragmentation and the CUDA context.
+buffers, a one-layer backward working set, allocator fragmentation and the CUDA context. What
+offload moves off the GPU (states, parameters, activations) is counted against the host's share of
+DRAM and NVMe instead (`training.offload`).
 """
 
 from __future__ import annotations
@@ -352,19 +354,6 @@ class MemoryEstimate:
         return self.short_of is None
 
 
-def fits_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> bool:
-    """`estimate_memory(...).fits`, stopping at the first stage that does not fit; the first
-    and last stages (most micro-batches in flight; the LM head) are checked first."""
-    capacity = float(cluster.gpu.hbm_bytes)
-    host, nvme = host_capacity(cluster)
-    order = (0, plan.pp - 1, *range(1, plan.pp - 1)) if plan.pp > 1 else (0,)
-    for s in order:
-        stage = stage_memory(model, plan, s)
-        if stage.total_bytes > capacity or stage.host_bytes > host or stage.nvme_bytes > nvme:
-            return False
-    return True
-
-
 HOST_RESERVED_FRACTION = 0.1
 """Share of host DRAM not available to offload: the OS, the page cache, data-loader workers and
 the framework's own process memory. Assumption, not fitted."""
@@ -376,6 +365,19 @@ def host_capacity(cluster: Cluster) -> tuple[float, float]:
     n = cluster.gpus_on_node
     return (cluster.host_memory_bytes_per_node * (1 - HOST_RESERVED_FRACTION) / n,  # type: ignore[operator]
             cluster.nvme_bytes_per_node / n)  # type: ignore[operator]
+
+
+def fits_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> bool:
+    """`estimate_memory(...).fits`, stopping at the first stage that does not fit; the first
+    and last stages (most micro-batches in flight; the LM head) are checked first."""
+    capacity = float(cluster.gpu.hbm_bytes)
+    host, nvme = host_capacity(cluster)
+    order = (0, plan.pp - 1, *range(1, plan.pp - 1)) if plan.pp > 1 else (0,)
+    for s in order:
+        stage = stage_memory(model, plan, s)
+        if stage.total_bytes > capacity or stage.host_bytes > host or stage.nvme_bytes > nvme:
+            return False
+    return True
 
 
 def estimate_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> MemoryEstimate:
