@@ -216,3 +216,16 @@ def test_cluster_show_lists_the_host():
     bad = CliRunner().invoke(app, ["cluster", "show", "--gpu", "h100-sxm-80gb", "--num-gpus", "8",
                                    "--host-memory-gb", "0"])
     assert bad.exit_code == 2 and "host_memory_bytes_per_node must be positive" in bad.stderr
+
+
+def test_gpu_optimizer_writes_the_offloaded_parameters_back():
+    """Parameters offloaded, optimizer on the GPU: the step adds the updated bf16 shard's copy
+    back over the host link."""
+    model, cluster = load_model("llama-3.1-8b"), Cluster.build("h100-sxm-80gb", 8)
+    plan = _plan(global_batch_size=8)
+    off = estimate_step(model, cluster, resolve_plan(plan, model, cluster))
+    on = estimate_step(model, cluster, resolve_plan(
+        plan.model_copy(update={"offload_params": True}), model, cluster))
+    shard = counts.total_params(model) / 8
+    assert on.breakdown["optimizer"] - off.breakdown["optimizer"] == pytest.approx(
+        shard * 2 / H100_LINK, rel=1e-3)

@@ -32,6 +32,15 @@ def param_fetch_bytes_per_s(ctx: CostContext) -> float:
     return link
 
 
+def param_store_bytes_per_s(ctx: CostContext) -> float:
+    """Rate one GPU writes its updated parameter shard back to the tier it lives in (when the
+    optimizer runs on the GPU): its host link, and for NVMe also its share of the drives."""
+    link = host_link_bytes_per_s(ctx.cluster)
+    if ctx.plan.offload_target == "nvme":
+        return min(link, nvme_share(ctx.cluster)[1])
+    return link
+
+
 def layer_copies(ctx: CostContext, chunk: tuple[int, ...]) -> list[tuple[float, float]]:
     """Per layer of `chunk`: (activation copy seconds one way, parameter fetch seconds) for one
     micro-batch on one GPU."""

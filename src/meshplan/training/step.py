@@ -9,7 +9,7 @@ from meshplan.model.counts import layer_kinds
 from meshplan.training.context import CostContext
 from meshplan.training.layer_time import LayerTime, layer_time
 from meshplan.training.offload import offload_time, swapped_bytes
-from meshplan.training.offload_copies import chunk_offload_exposed
+from meshplan.training.offload_copies import chunk_offload_exposed, param_store_bytes_per_s
 from meshplan.training.states import layer_split, stage_params, state_bytes, updated_params
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0
@@ -204,4 +204,7 @@ def optimizer_seconds(ctx: CostContext, stage: int, backward_s: float = 0.0) -> 
         return offload_time(ctx.cluster, local, p.num_microbatches, backward_s, per_param.gradients,
                             ctx.k.dp_exposed_floor, swapped_bytes=swapped_bytes(per_param),
                             target=p.offload_target, params_offloaded=p.offload_params).total_s
-    return ctx.memory(local * OPTIMIZER_BYTES_PER_PARAM, kernels=8)
+    step = ctx.memory(local * OPTIMIZER_BYTES_PER_PARAM, kernels=8)
+    if p.offload_params:  # the updated 16-bit shard goes back to its host tier
+        step += local * ctx.act_width / param_store_bytes_per_s(ctx)
+    return step
