@@ -65,6 +65,9 @@ def plan_command(
     gpu: str = opt.GPU,
     num_gpus: str = typer.Option(..., "--num-gpus", help="GPU count, a list (64,128) or a range (64-512)."),
     gpus_per_node: int = opt.GPUS_PER_NODE,
+    host_memory_gb: float = opt.HOST_MEMORY, host_link_gb_per_s: float = opt.HOST_LINK,
+    nvme_read_gb_per_s: float = opt.NVME_READ, nvme_write_gb_per_s: float = opt.NVME_WRITE,
+    nvme_tb: float = opt.NVME_TB,
     seq_len: int = typer.Option(4096, help="Tokens per sequence."),
     global_batch_size: int = typer.Option(None, help="Sequences per step."),
     global_batch_tokens: int = typer.Option(None, help="Tokens per step (alternative to the above)."),
@@ -113,8 +116,9 @@ def plan_command(
                       framework=framework, precision=precision, doc_lengths=doc_lengths,
                       expert_skew=expert_skew, balance=balance, moe_balance=moe_balance)
     entries, searches, results = [], [], {}
+    host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}
     for n in parse_counts(num_gpus):
-        cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None)
+        cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None, **host)
         check_pins(pinned, n)
         with progress(f"searching {n} GPUs", show_progress(quiet, json_out)) as update:
             result = search(spec, cluster, base, pinned, objective=objective, top=top,
@@ -175,18 +179,26 @@ def _search_dict(result: SearchResult, gpus: int) -> dict:
 
 
 def _blocked(memory) -> str:
-    """What kept one too-big plan out: its layout and by how much it misses the GPU memory."""
+    """What kept one too-big plan out: its layout and by how much it misses the tier it
+    overflows (GPU memory, or the host's share of DRAM or NVMe for offloaded bytes)."""
     p = memory.plan
-    over = (memory.peak_bytes - memory.gpu_memory_bytes) / GIB
+    used, cap, where = memory.peak_bytes, memory.gpu_memory_bytes, f"stage {memory.peak_stage.stage}"
+    if memory.short_of == "host memory":
+        used, cap, where = memory.host_peak_bytes, memory.host_memory_bytes, "host memory per GPU"
+    elif memory.short_of == "NVMe":
+        used, cap, where = memory.nvme_peak_bytes, memory.nvme_capacity_bytes, "NVMe per GPU"
     return (f"tp{p.tp} pp{p.pp} vpp{p.vpp} cp{p.cp} ep{p.ep} mbs{p.micro_batch_size} "
             f"recompute {p.recompute} zero {_zero(p)}: needs "
-            f"{memory.peak_bytes / GIB:.1f} of {memory.gpu_memory_bytes / GIB:.1f} GiB "
-            f"({over:.1f} GiB over, stage {memory.peak_stage.stage})")
+            f"{used / GIB:.1f} of {cap / GIB:.1f} GiB ({(used - cap) / GIB:.1f} GiB over, {where})")
 
 
 def _zero(plan) -> str:
-    """The ZeRO stage, `+off` when optimizer states live in CPU memory (ZeRO-Offload)."""
-    return ZERO[plan.dp_sharding] + ("+off" if plan.offload_optimizer else "")
+    """The ZeRO stage, `+off` when optimizer states live off the GPU (ZeRO-Offload), `+par` when
+    parameters do (ZeRO-Infinity), `+act` for offloaded activations, `/nvme` for the NVMe tier."""
+    tiers = [tag for tag, on in (("+off", plan.offload_optimizer), ("+par", plan.offload_params),
+                                 ("+act", plan.offload_activations)) if on]
+    nvme = "/nvme" if plan.offload_target == "nvme" else ""
+    return ZERO[plan.dp_sharding] + "".join(tiers) + nvme
 
 
 def _recompute(plan) -> str:

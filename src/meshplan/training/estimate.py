@@ -92,9 +92,11 @@ def _breakdown(ctx: CostContext, chunks, pipe: PipelineResult, dp, opt) -> dict[
     ep = m * sum(c.ep_s for c in mine)
     cp = m * sum(c.cp_exposed_s for c in mine)
     fsdp = m * sum(c.fsdp_exposed_s for c in mine)
-    compute = pipe.busy_s[stage] - tp - ep - cp - fsdp
+    offload = m * sum(c.offload_exposed_s for c in mine)
+    compute = pipe.busy_s[stage] - tp - ep - cp - fsdp - offload
     return {"compute": compute, "tp_comm_exposed": tp, "ep_comm": ep, "cp_comm_exposed": cp,
-            "fsdp_gather_exposed": fsdp, "pipeline_bubble": pipe.step_time_s - pipe.busy_s[stage],
+            "fsdp_gather_exposed": fsdp, "offload_copies_exposed": offload,
+            "pipeline_bubble": pipe.step_time_s - pipe.busy_s[stage],
             "dp_comm_exposed": dp, "optimizer": 0.0 if p.offload_optimizer else opt,
             "cpu_offload": opt if p.offload_optimizer else 0.0, "other": ctx.k.step_overhead_s}
 

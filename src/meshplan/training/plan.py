@@ -22,6 +22,7 @@ Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
 Attention = Literal["flash", "sdpa", "eager"]
 Balance = Literal["none", "sort", "per-doc-cp", "reassign"]
 MoEBalance = Literal["none", "aux-free", "eplb"]
+OffloadTarget = Literal["cpu", "nvme"]
 
 
 class TrainingPlan(BaseModel):
@@ -65,6 +66,12 @@ class TrainingPlan(BaseModel):
     """Keep checkpointed layer inputs in CPU memory instead of on the GPU."""
     offload_optimizer: bool = False
     """Keep master weights and optimizer states in CPU memory (DeepSpeed/Megatron offload)."""
+    offload_params: bool = False
+    """Keep the sharded 16-bit parameters off the GPU and fetch each layer's before it runs
+    (ZeRO-Infinity, DeepSpeed offload_param; needs dp_sharding full)."""
+    offload_target: OffloadTarget = "cpu"
+    """Where offloaded parameters and optimizer states live: cpu (host DRAM) or nvme
+    (ZeRO-Infinity's NVMe tier, swapped through host memory)."""
     precision: Precision = "bf16"
     """Compute precision of matmuls; fp8 keeps bf16 weights plus fp8 copies; fp4 runs the
     linear layers' GEMMs in NVFP4 (Blackwell) with bf16 weights and attention."""

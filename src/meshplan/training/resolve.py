@@ -66,6 +66,8 @@ class ResolvedPlan:
     recompute_num_layers: int | None
     offload_activations: bool
     offload_optimizer: bool
+    offload_params: bool
+    offload_target: str
     precision: str
     optimizer: str
     schedule: str
@@ -265,6 +267,13 @@ def _resolve_schedule(plan: TrainingPlan, vpp: int, m: int) -> str:
     return schedule
 
 
+def _check_offload(plan: TrainingPlan) -> None:
+    """The NVMe tier holds offloaded states: something must be offloaded to it."""
+    if plan.offload_target == "nvme" and not (plan.offload_params or plan.offload_optimizer):
+        raise PlanError("offload_target='nvme' holds offloaded parameters or optimizer states: "
+                        "turn on offload_params or offload_optimizer, or use offload_target='cpu'")
+
+
 def _check_precision(plan: TrainingPlan, cluster: Cluster) -> None:
     if plan.precision == "fp4" and "fp4" not in cluster.gpu.dtypes:
         raise PlanError(f"precision='fp4' (NVFP4 GEMMs) needs fp4 tensor cores (Blackwell); "
@@ -333,6 +342,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
     chosen: dict[str, str] = {}
     _check_rank_order(plan.rank_order)
     _check_precision(plan, cluster)
+    _check_offload(plan)
     dp = _resolve_dp(plan, cluster.num_gpus)
     _check_heads(plan, model)
     etp, expert_dp = _resolve_experts(plan, model, dp)
@@ -357,6 +367,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=m, seq_len=plan.seq_len,
         recompute=plan.recompute, recompute_num_layers=plan.recompute_num_layers,
         offload_activations=plan.offload_activations, offload_optimizer=plan.offload_optimizer,
+        offload_params=plan.offload_params, offload_target=plan.offload_target,
         precision=plan.precision, optimizer=plan.optimizer,
         schedule=_resolve_schedule(plan, vpp, m), rank_order=plan.rank_order, chunk_layers=_chunks(plan, model, vpp, chosen),
         framework=plan.framework,
