@@ -13,7 +13,8 @@ from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
-from meshplan.cli.train import _help, build_plan
+from meshplan.cli.train import build_plan
+from meshplan.training import TrainingPlan
 from meshplan.training.capabilities import schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.economics import economics
@@ -24,6 +25,10 @@ ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
 """dp_sharding as the ZeRO stage it corresponds to (the table's `zero` column)."""
 PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding", "schedule",
             "balance", "moe_balance")
+
+
+def _field_help(field: str) -> str:
+    return TrainingPlan.model_fields[field].description or ""
 
 
 def parse_counts(text: str, flag: str = "--num-gpus") -> list[int]:
@@ -83,9 +88,9 @@ def plan_command(
     dp_sharding: str = typer.Option(None, help="Pin data-parallel sharding."),
     schedule: str = typer.Option(None, help="Pin the pipeline schedule (megatron: 1f1b, interleaved; "
                                  "torchtitan: gpipe, 1f1b, interleaved)."),
-    doc_lengths: str = typer.Option(None, help=_help("doc_lengths") + " Adds the balance axis."),
+    doc_lengths: str = typer.Option(None, help=_field_help("doc_lengths") + " Adds the balance axis."),
     balance: str = typer.Option(None, help="Pin document balancing (none, sort, per-doc-cp, reassign)."),
-    expert_skew: str = typer.Option(None, help=_help("expert_skew") + " Adds the moe_balance axis."),
+    expert_skew: str = typer.Option(None, help=_field_help("expert_skew") + " Adds the moe_balance axis."),
     moe_balance: str = typer.Option(None, help="Pin MoE balancing (none, aux-free, eplb)."),
     objective: str = typer.Option("throughput", help="throughput, cost or time-to-train."),
     price_per_gpu_hour: float = typer.Option(None, help="USD per GPU-hour: adds $/step, $/Mtok (and "
