@@ -253,3 +253,22 @@ def test_validate_job_reports_like_the_cli(client, tmp_path):
     assert web == json.loads(out.replace(str(small), "records.yaml")) and len(web["records"]) == 1 and len(web["skipped"]) == 1
     bad = client.post("/api/validate?filename=mine.yaml", content=b"records: [")
     assert bad.status_code == 400 and bad.json()["detail"].startswith("mine.yaml: not valid YAML")
+
+
+@pytest.mark.parametrize("body,message", [
+    ({**TRAIN, "model": "/etc/hostname"}, "--model '/etc/hostname': give a catalog name, hf:ORG/NAME, or "
+                                          "upload the config.json (POST /api/configs) and give its upload:ID"),
+    ({**TRAIN, "plan": {"doc_lengths": "/etc/hostname"}},
+     "--doc-lengths '/etc/hostname': the web app takes fixed, lognormal, zipf (files of the server are not read)"),
+])
+def test_requests_cannot_name_files_of_the_server(client, body, message):
+    answer = client.post("/api/train/memory", json=body)
+    assert (answer.status_code, answer.json()["detail"]) == (400, message)
+
+
+def test_plan_search_takes_the_document_length_axis(client):
+    body = {"model": "llama-3.2-1b", "gpu": H100, "num_gpus": 8, "global_batch_size": 64, "top": 2,
+            "doc_lengths": "lognormal:mean=1500,sigma=1.2"}
+    view = wait(client, client.post("/api/train/plan", json=body).json())
+    assert view["state"] == "done", view["error"]
+    assert all(p["doc_lengths"] == body["doc_lengths"] for p in view["result"]["plans"])

@@ -14,6 +14,7 @@ from meshplan.cli.common import QUIET, console, finish, print_json, progress, sh
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.cli.train import build_plan
+from meshplan.training import TrainingPlan
 from meshplan.training.capabilities import schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.economics import economics
@@ -23,7 +24,12 @@ from meshplan.training.search import OBJECTIVE_UNITS, SearchResult, search, why_
 GIB = 2**30
 ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
 """dp_sharding as the ZeRO stage it corresponds to (the table's `zero` column)."""
-PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding", "schedule")
+PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding", "schedule",
+            "balance", "moe_balance")
+
+
+def _field_help(field: str) -> str:
+    return TrainingPlan.model_fields[field].description or ""
 
 
 def parse_counts(text: str, flag: str = "--num-gpus") -> list[int]:
@@ -48,14 +54,16 @@ def plan_entry(est: StepEstimate, model: str, cluster, score: float, money: dict
                                           "sequence_parallel", "dp_sharding", "micro_batch_size",
                                           "global_batch_size", "seq_len", "recompute", "recompute_num_layers",
                                           "offload_optimizer", "precision",
-                                          "schedule", "framework", "tp_comm_overlap")}
+                                          "schedule", "framework", "tp_comm_overlap",
+                                          "doc_lengths", "balance", "expert_skew", "moe_balance")}
     sizes = [len(c) for c in p.chunk_layers]
     fields["pipeline_split"] = sizes if len(set(sizes)) > 1 else None
     return {"model": model, "hardware": {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus,
                                          "gpus_per_node": cluster.gpus_per_node},
             "plan": fields, **fields, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
             "step_time_s": est.step_time_s, "mfu": est.mfu, "peak_bytes": est.memory.peak_bytes,
-            "gpu_memory_bytes": est.memory.gpu_memory_bytes, **(money or {}), "score": score}
+            "gpu_memory_bytes": est.memory.gpu_memory_bytes, "imbalance": est.imbalance,
+            **(money or {}), "score": score}
 
 
 def plan_command(
@@ -63,6 +71,9 @@ def plan_command(
     gpu: str = opt.GPU,
     num_gpus: str = typer.Option(..., "--num-gpus", help="GPU count, a list (64,128) or a range (64-512)."),
     gpus_per_node: int = opt.GPUS_PER_NODE,
+    host_memory_gb: float = opt.HOST_MEMORY, host_link_gb_per_s: float = opt.HOST_LINK,
+    nvme_read_gb_per_s: float = opt.NVME_READ, nvme_write_gb_per_s: float = opt.NVME_WRITE,
+    nvme_tb: float = opt.NVME_TB,
     seq_len: int = typer.Option(4096, help="Tokens per sequence."),
     global_batch_size: int = typer.Option(None, help="Sequences per step."),
     global_batch_tokens: int = typer.Option(None, help="Tokens per step (alternative to the above)."),
@@ -78,6 +89,10 @@ def plan_command(
     dp_sharding: str = typer.Option(None, help="Pin data-parallel sharding."),
     schedule: str = typer.Option(None, help="Pin the pipeline schedule (megatron: 1f1b, interleaved; "
                                  "torchtitan: gpipe, 1f1b, interleaved)."),
+    doc_lengths: str = typer.Option(None, help=_field_help("doc_lengths") + " Adds the balance axis."),
+    balance: str = typer.Option(None, help="Pin document balancing (none, sort, per-doc-cp, reassign)."),
+    expert_skew: str = typer.Option(None, help=_field_help("expert_skew") + " Adds the moe_balance axis."),
+    moe_balance: str = typer.Option(None, help="Pin MoE balancing (none, aux-free, eplb)."),
     objective: str = typer.Option("throughput", help="throughput, cost or time-to-train."),
     price_per_gpu_hour: float = typer.Option(None, help="USD per GPU-hour: adds $/step, $/Mtok (and "
                                              "the run's cost with --train-tokens); needed by --objective cost."),
@@ -93,11 +108,13 @@ def plan_command(
     html_option.check(html)
     pinned = {k: v for k, v in locals().items() if k in PINNABLE and v is not None}
     base = search_inputs(objective, price_per_gpu_hour, train_tokens, seq_len, global_batch_size,
-                         global_batch_tokens, framework, precision, pinned)
+                         global_batch_tokens, framework, precision, pinned, doc_lengths=doc_lengths,
+                         expert_skew=expert_skew, balance=balance, moe_balance=moe_balance)
     spec = load_model(model)
     entries, searches, results = [], [], {}
+    host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}
     for n in parse_counts(num_gpus):
-        cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None)
+        cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None, **host)
         with progress(f"searching {n} GPUs", show_progress(quiet, json_out)) as update:
             result, ranked, money = search_size(spec, model, cluster, base, pinned, objective, top,
                                                 price_per_gpu_hour, train_tokens, update)
@@ -122,9 +139,10 @@ def plan_command(
 
 def search_inputs(objective: str, price: float | None, tokens: float | None, seq_len: int,
                   global_batch_size: int | None, global_batch_tokens: int | None, framework: str,
-                  precision: str, pinned: dict) -> TrainingPlan:
+                  precision: str, pinned: dict, **plan_fields) -> TrainingPlan:
     """Check a search's inputs (objective and what it needs, batch, pinned schedule) and return
-    the base plan it searches from (`train plan` and the web app's plan page)."""
+    the base plan it searches from, with `plan_fields` (the workload's document lengths, expert
+    skew and balancing) set (`train plan` and the web app's plan page)."""
     if objective not in OBJECTIVE_UNITS:
         raise ConfigError(f"--objective {objective!r}: use throughput, cost or time-to-train")
     _check_money(objective, price, tokens)
@@ -137,7 +155,7 @@ def search_inputs(objective: str, price: float | None, tokens: float | None, seq
         raise ConfigError(f"--schedule {schedule!r}: {framework} runs "
                           f"{', '.join(schedules_for(framework)) or 'no pipeline schedule'}")
     return build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
-                      framework=framework, precision=precision)
+                      framework=framework, precision=precision, **plan_fields)
 
 
 def search_size(spec, model: str, cluster, base: TrainingPlan, pinned: dict, objective: str, top: int,
@@ -185,18 +203,26 @@ def search_dict(result: SearchResult, gpus: int) -> dict:
 
 
 def _blocked(memory) -> str:
-    """What kept one too-big plan out: its layout and by how much it misses the GPU memory."""
+    """What kept one too-big plan out: its layout and by how much it misses the tier it
+    overflows (GPU memory, or the host's share of DRAM or NVMe for offloaded bytes)."""
     p = memory.plan
-    over = (memory.peak_bytes - memory.gpu_memory_bytes) / GIB
+    used, cap, where = memory.peak_bytes, memory.gpu_memory_bytes, f"stage {memory.peak_stage.stage}"
+    if memory.short_of == "host memory":
+        used, cap, where = memory.host_peak_bytes, memory.host_memory_bytes, "host memory per GPU"
+    elif memory.short_of == "NVMe":
+        used, cap, where = memory.nvme_peak_bytes, memory.nvme_capacity_bytes, "NVMe per GPU"
     return (f"tp{p.tp} pp{p.pp} vpp{p.vpp} cp{p.cp} ep{p.ep} mbs{p.micro_batch_size} "
             f"recompute {p.recompute} zero {_zero(p)}: needs "
-            f"{memory.peak_bytes / GIB:.1f} of {memory.gpu_memory_bytes / GIB:.1f} GiB "
-            f"({over:.1f} GiB over, stage {memory.peak_stage.stage})")
+            f"{used / GIB:.1f} of {cap / GIB:.1f} GiB ({(used - cap) / GIB:.1f} GiB over, {where})")
 
 
 def _zero(plan) -> str:
-    """The ZeRO stage, `+off` when optimizer states live in CPU memory (ZeRO-Offload)."""
-    return ZERO[plan.dp_sharding] + ("+off" if plan.offload_optimizer else "")
+    """The ZeRO stage, `+off` when optimizer states live off the GPU (ZeRO-Offload), `+par` when
+    parameters do (ZeRO-Infinity), `+act` for offloaded activations, `/nvme` for the NVMe tier."""
+    tiers = [tag for tag, on in (("+off", plan.offload_optimizer), ("+par", plan.offload_params),
+                                 ("+act", plan.offload_activations)) if on]
+    nvme = "/nvme" if plan.offload_target == "nvme" else ""
+    return ZERO[plan.dp_sharding] + "".join(tiers) + nvme
 
 
 def _recompute(plan) -> str:
@@ -204,6 +230,27 @@ def _recompute(plan) -> str:
     if plan.recompute == "full" and plan.recompute_num_layers is not None:
         return f"full/{plan.recompute_num_layers}"
     return plan.recompute
+
+
+BALANCE_COLUMNS = (("balance", "attention", "balance", "{}"),
+                   ("attn busiest/mean", "attention", "imbalance", "{:.2f}"),
+                   ("attn time x", "attention", "attention_load", "{:.2f}"),
+                   ("moe balance", "moe", "moe_balance", "{}"),
+                   ("EP busiest/mean", "moe", "busiest_ep_rank_load", "{:.2f}"))
+"""Imbalance columns, shown for the kinds (document attention, MoE routing) the search priced."""
+
+
+def _render_balance(ranked) -> None:
+    """Each ranked plan's balancing strategies and the busiest rank's load over the mean."""
+    shown = [c for c in BALANCE_COLUMNS if c[1] in ranked[0].imbalance]
+    if not shown:
+        return
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    for col in ("#", *(c[0] for c in shown)):
+        table.add_column(col, justify="right", no_wrap=True)
+    for i, e in enumerate(ranked, 1):
+        table.add_row(str(i), *(fmt.format(e.imbalance[kind][key]) for _, kind, key, fmt in shown))
+    console.print(table)
 
 
 MONEY_COLUMNS = (("USD/step", "usd_per_step", "{:,.2f}"), ("USD/Mtok", "usd_per_million_tokens", "{:,.3f}"),
@@ -228,6 +275,7 @@ def render(result: SearchResult, title: str, cluster, money: list[dict] | None =
     if result.ranked:
         console.print(table)
         _render_money(money or [])
+        _render_balance(result.ranked)
     console.print(why_winner(result), highlight=False, soft_wrap=True)
     if not result.ranked:
         for memory in result.closest:

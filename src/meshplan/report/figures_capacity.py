@@ -30,10 +30,13 @@ def sweep_curve_figure(rows: Sequence[dict], targets: Targets | None = None,
     fig = subplots(rows=1, cols=3, subplot_titles=[label for label, _ in METRICS])
     x = [float(r["requests_per_s"]) for r in rows]
     offered = [f"offered {float(r['request_rate']):g} req/s" for r in rows]
+    palette = require("plotly.colors").qualitative.Plotly
     for col, (label, key) in enumerate(METRICS, 1):
-        for p in PERCENTILES:
+        for p, color in zip(PERCENTILES, palette):
             fig.add_trace(go.Scatter(name=f"{label} {p}", x=x, y=[float(r[f"{key}_ms_{p}"]) for r in rows],
-                                     mode="lines+markers", hovertext=offered, legendgroup=p), row=1, col=col)
+                                     mode="lines+markers", hovertext=offered, legendgroup=p,
+                                     legendgrouptitle_text=p if col == 1 else None,
+                                     line={"color": color}), row=1, col=col)
         _slo_line(fig, targets, key, col)
         fig.update_xaxes(title_text="requests/s completed", row=1, col=col)
         fig.update_yaxes(title_text=f"{label} ms", row=1, col=col)

@@ -37,6 +37,26 @@ def check_body(body: BaseModel) -> None:
         check_numbers({name: value})
 
 
+SPEC_WORDS = {"doc_lengths": ("fixed", "lognormal", "zipf"), "expert_skew": ("uniform", "zipf")}
+"""The non-file forms of the fields that may also name a file (the first word before `:`)."""
+
+
+def check_no_server_files(body: dict) -> None:
+    """The app never reads a file of the machine it runs on because a request names it: a model
+    is a catalog name, hf:ORG/NAME or an uploaded config (upload:ID), and document lengths or
+    expert skew are given as distributions. (The CLI reads such paths: they are the user's.)"""
+    model = body.get("model", "")
+    if ("/" in model or model.endswith(".json")) and not model.startswith(("hf:", "upload:")):
+        raise ConfigError(f"--model {model!r}: give a catalog name, hf:ORG/NAME, or upload the "
+                          f"config.json (POST /api/configs) and give its upload:ID")
+    for section in (body, body.get("plan") or {}):
+        for name, words in SPEC_WORDS.items():
+            value = section.get(name)
+            if isinstance(value, str) and value.partition(":")[0].strip() not in words:
+                raise ConfigError(f"--{name.replace('_', '-')} {value!r}: the web app takes "
+                                  f"{', '.join(words)} (files of the server are not read)")
+
+
 def validation_message(err: dict) -> str:
     """One pydantic error as the CLI says it: `--flag value: reason`, or the missing option."""
     names = [str(p) for p in err["loc"][1:] if isinstance(p, str)]  # drop "body" and list indices

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from meshplan.errors import ConfigError, MeshplanError
 from meshplan.ui import work
-from meshplan.ui.errors import check_body
+from meshplan.ui.errors import check_body, check_no_server_files
 from meshplan.ui.jobs import FINAL, Job
 from meshplan.ui.schemas import ServePlanRequest, SimulateRequest, TrainingRequest, TrainingSearchRequest
 from meshplan.ui.uploads import read_limited
@@ -45,6 +45,7 @@ def _body(request: Request, req: BaseModel) -> dict:
     """The request as the dict the work functions take, an uploaded model resolved to its path."""
     check_body(req)
     body = req.model_dump(mode="json", exclude_unset=True)
+    check_no_server_files(body)
     body["model"] = request.app.state.uploads.model(req.model)
     return body
 

@@ -33,6 +33,16 @@ class Hardware(BaseModel):
     """Scale-out bandwidth per GPU in Gb/s (default: the GPU's NIC)."""
     gpu_power_limit_w: float | None = Field(None, gt=0)
     """GPU power cap in watts (default: TDP)."""
+    host_memory_gb: float | None = Field(None, gt=0)
+    """Host DRAM per node in GB (default: the GPU's reference server, hosts.yaml)."""
+    host_link_gb_per_s: float | None = Field(None, gt=0)
+    """Host<->GPU link per GPU, one direction, in GB/s (default: PCIe/C2C of the server)."""
+    nvme_read_gb_per_s: float | None = Field(None, gt=0)
+    """NVMe read bandwidth per node in GB/s."""
+    nvme_write_gb_per_s: float | None = Field(None, gt=0)
+    """NVMe write bandwidth per node in GB/s."""
+    nvme_tb: float | None = Field(None, gt=0)
+    """NVMe data capacity per node in TB."""
 
 
 class TrainingRequest(BaseModel):
@@ -83,6 +93,15 @@ class TrainingSearchRequest(BaseModel):
     """Pin data-parallel sharding."""
     schedule: Literal["gpipe", "1f1b", "interleaved", "zero-bubble"] | None = None
     """Pin the pipeline schedule."""
+    doc_lengths: str | None = None
+    """Document lengths of the training data (fixed, lognormal:mean=1500,sigma=1.2,
+    zipf:s=1.2,min=64,max=65536); adds the balance axis."""
+    balance: Literal["none", "sort", "per-doc-cp", "reassign"] | None = None
+    """Pin document balancing."""
+    expert_skew: str | None = None
+    """MoE routing skew (zipf:s=1.2 or uniform); adds the moe_balance axis."""
+    moe_balance: Literal["none", "aux-free", "eplb"] | None = None
+    """Pin MoE balancing."""
     objective: Literal["throughput", "cost", "time-to-train"] = "throughput"
     """What the ranking optimises."""
     price_per_gpu_hour: float | None = Field(None, gt=0)

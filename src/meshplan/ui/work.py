@@ -61,8 +61,9 @@ def _training_inputs(body: dict):
 
     req = TrainingRequest(**body)
     hw = req.hardware
+    host = {name: getattr(hw, name) for name in opt.HOST_OPTIONS}
     cluster = opt.build_cluster(hw.gpu, hw.num_gpus, hw.gpus_per_node, hw.scale_up_domain,
-                                hw.inter_node_gbps_per_gpu, hw.gpu_power_limit_w)
+                                hw.inter_node_gbps_per_gpu, hw.gpu_power_limit_w, **host)
     return load_model(req.model), cluster, req.plan
 
 
@@ -77,7 +78,9 @@ def train_plan(body: dict, progress: Progress | None = None) -> dict:
     r = TrainingSearchRequest(**body)
     pinned = {k: getattr(r, k) for k in PINNABLE if getattr(r, k) is not None}
     base = search_inputs(r.objective, r.price_per_gpu_hour, r.train_tokens, r.seq_len,
-                         r.global_batch_size, r.global_batch_tokens, r.framework, r.precision, pinned)
+                         r.global_batch_size, r.global_batch_tokens, r.framework, r.precision, pinned,
+                         doc_lengths=r.doc_lengths, expert_skew=r.expert_skew, balance=r.balance,
+                         moe_balance=r.moe_balance)
     spec = load_model(r.model)
     cluster = opt.build_cluster(r.gpu, r.num_gpus, r.gpus_per_node, None, None, None)
     result, entries, _ = search_size(spec, r.model, cluster, base, pinned, r.objective, r.top,
