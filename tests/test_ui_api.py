@@ -272,3 +272,24 @@ def test_plan_search_takes_the_document_length_axis(client):
     view = wait(client, client.post("/api/train/plan", json=body).json())
     assert view["state"] == "done", view["error"]
     assert all(p["doc_lengths"] == body["doc_lengths"] for p in view["result"]["plans"])
+
+
+@pytest.mark.parametrize("path,body,args", [
+    ("/api/train/plan", {"model": "llama-3.1-8b", "gpu": H100, "num_gpus": 8, "objective": "cost",
+                         "global_batch_size": 64},
+     ("train", "plan", "--model", "llama-3.1-8b", "--gpu", H100, "--num-gpus", "8", "--objective", "cost",
+      "--global-batch-size", "64")),
+    ("/api/train/plan", {"model": "llama-3.1-8b", "gpu": H100, "num_gpus": 8, "tp": 3, "global_batch_size": 64},
+     ("train", "plan", "--model", "llama-3.1-8b", "--gpu", H100, "--num-gpus", "8", "--tp", "3",
+      "--global-batch-size", "64")),
+    ("/api/serve/plan", {"model": "llama-3.2-1b", "gpus": [H100], "request_rate": 2},
+     ("serve", "plan", "--model", "llama-3.2-1b", "--gpu", H100, "--request-rate", "2")),
+    ("/api/serve/simulate", {"model": "llama-3.2-1b", "gpu": "b300", "workload": {"num_requests": 10}},
+     ("serve", "simulate", "--model", "llama-3.2-1b", "--gpu", "b300", "--num-requests", "10")),
+], ids=["cost-without-price", "pin-not-dividing", "no-slo", "unknown-gpu"])
+def test_bad_job_input_is_refused_before_queueing(client, path, body, args):
+    before = len(client.get("/api/jobs").json())
+    answer = client.post(path, json=body)
+    code, _, error = cli(*args)
+    assert code == 2 and 400 <= answer.status_code < 500 and answer.json()["detail"] == error
+    assert len(client.get("/api/jobs").json()) == before

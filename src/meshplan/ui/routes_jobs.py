@@ -63,6 +63,8 @@ def train_estimate(req: TrainingRequest, request: Request, plots: bool = False) 
 
 
 def _submit(request: Request, kind: str, body: dict) -> JSONResponse:
+    if kind in work.CHECKS:
+        work.CHECKS[kind](body)
     job = request.app.state.jobs.submit(kind, body)
     return JSONResponse(job.view(), status_code=202, headers={"Location": f"/api/jobs/{job.id}"})
 

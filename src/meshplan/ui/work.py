@@ -67,12 +67,11 @@ def _training_inputs(body: dict):
     return load_model(req.model), cluster, req.plan
 
 
-def train_plan(body: dict, progress: Progress | None = None) -> dict:
-    """`train plan --json` of a TrainingSearchRequest (one cluster size), and why the winner wins."""
+def train_plan_inputs(body: dict):
+    """The checked inputs of a training plan search: (request, pins, base plan, model, cluster)."""
     from meshplan.cli import options as opt
-    from meshplan.cli.train_plan import PINNABLE, search_dict, search_inputs, search_size
+    from meshplan.cli.train_plan import PINNABLE, check_pins, search_inputs
     from meshplan.model import load_model
-    from meshplan.training.search import OBJECTIVE_UNITS, why_winner
     from meshplan.ui.schemas import TrainingSearchRequest
 
     r = TrainingSearchRequest(**body)
@@ -83,8 +82,19 @@ def train_plan(body: dict, progress: Progress | None = None) -> dict:
                          moe_balance=r.moe_balance)
     spec = load_model(r.model)
     cluster = opt.build_cluster(r.gpu, r.num_gpus, r.gpus_per_node, None, None, None)
+    check_pins(pinned, r.num_gpus)
+    return r, pinned, base, spec, cluster
+
+
+def train_plan(body: dict, progress: Progress | None = None) -> dict:
+    """`train plan --json` of a TrainingSearchRequest (one cluster size), and why the winner wins."""
+    from meshplan.cli.train_plan import search_dict, search_size
+    from meshplan.training.search import OBJECTIVE_UNITS, why_winner
+
+    r, pinned, base, spec, cluster = train_plan_inputs(body)
     result, entries, _ = search_size(spec, r.model, cluster, base, pinned, r.objective, r.top,
                                      r.price_per_gpu_hour, r.train_tokens, progress)
+
     def page():
         from meshplan.report.pages_training import plan_page
 
@@ -95,13 +105,11 @@ def train_plan(body: dict, progress: Progress | None = None) -> dict:
             "search": search_dict(result, r.num_gpus), "why": why_winner(result), "report": report_json(page)}
 
 
-def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
-    """`serve simulate --json` of a SimulateRequest (with the SLO verdict when SLOs are given)."""
+def simulate_inputs(body: dict):
+    """The checked inputs of a serving simulation: (request, model, cluster, workload, SLO)."""
     from meshplan.cli import options as opt
-    from meshplan.cli.serve import slo_verdict
     from meshplan.model import load_model
     from meshplan.serving.metrics import SLO
-    from meshplan.serving.simulate import simulate
     from meshplan.serving.workload import synthesize
     from meshplan.ui.schemas import SimulateRequest
 
@@ -112,6 +120,15 @@ def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
     slo = None
     if any(v is not None for v in (r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms)):
         slo = SLO(ttft_ms=r.slo_ttft_ms, tpot_ms=r.slo_tpot_ms, e2e_ms=r.slo_e2e_ms)
+    return r, spec, cluster, workload, slo
+
+
+def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
+    """`serve simulate --json` of a SimulateRequest (with the SLO verdict when SLOs are given)."""
+    from meshplan.cli.serve import slo_verdict
+    from meshplan.serving.simulate import simulate
+
+    r, spec, cluster, workload, slo = simulate_inputs(body)
     result = simulate(spec, cluster, r.plan, workload, slo=slo, progress=progress)
     verdict = slo_verdict(result, slo, r.slo_percentile)
 
@@ -125,13 +142,12 @@ def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
     return {**result.to_dict(), **({"slo": verdict} if verdict else {}), "report": report_json(page)}
 
 
-def serve_plan(body: dict, progress: Progress | None = None) -> dict:
-    """`serve plan --json` of a ServePlanRequest (simulated in this process: no nested pool)."""
+def serve_plan_inputs(body: dict):
+    """The checked inputs of a serving plan search: (request, targets, unit workload, rate, model,
+    clusters, search space)."""
     from meshplan.cli.serve_plan import _targets, _unit_workload
     from meshplan.hardware import Cluster
     from meshplan.model import load_model
-    from meshplan.serving.plan_report import result_dict, why
-    from meshplan.serving.plan_search import search
     from meshplan.serving.search import Space
     from meshplan.ui.schemas import ServePlanRequest
 
@@ -144,8 +160,18 @@ def serve_plan(body: dict, progress: Progress | None = None) -> dict:
     spec = load_model(r.model)
     clusters = [Cluster.build(g, 1) for g in r.gpus]
     space = Space(engine=r.engine, quantize=not r.no_quantization, disaggregate=not r.no_disaggregation)
+    return r, t, unit, rate, spec, clusters, space
+
+
+def serve_plan(body: dict, progress: Progress | None = None) -> dict:
+    """`serve plan --json` of a ServePlanRequest (simulated in this process: no nested pool)."""
+    from meshplan.serving.plan_report import result_dict, why
+    from meshplan.serving.plan_search import search
+
+    r, t, unit, rate, spec, clusters, space = serve_plan_inputs(body)
     result = search(spec, clusters, unit, rate, t, max_gpus=r.max_gpus, objective=r.objective,
                     prices=dict(r.prices), space=space, top=r.top, workers=1)
+
     def page():
         from meshplan.report.pages_serving import serve_plan_page
 
@@ -182,6 +208,10 @@ def _title(spec, cluster) -> str:
 JOBS: dict[str, Callable[..., dict]] = {"train-plan": train_plan, "serve-simulate": serve_simulate,
                                         "serve-plan": serve_plan, "validate": validate}
 """Background jobs by name: the pages that can run for seconds or minutes."""
+CHECKS: dict[str, Callable[[dict], object]] = {"train-plan": train_plan_inputs,
+                                               "serve-simulate": simulate_inputs,
+                                               "serve-plan": serve_plan_inputs}
+"""The quick checks of a job's inputs, run before it is queued, so bad input is a 4xx at once."""
 
 
 def status_of(exc: MeshplanError) -> int:
