@@ -65,3 +65,13 @@ def test_another_host_is_a_warning(served):
 def test_bad_port_or_jobs_exit_2(served, args, message):
     result = run(*args)
     assert result.exit_code == 2 and result.stderr.strip() == f"error: {message}" and not served
+
+
+def test_the_command_module_imports_no_web_stack():
+    """`meshplan ui --help` and the root help import no FastAPI, uvicorn or Jinja2."""
+    import subprocess
+
+    probe = ("import sys, meshplan.cli.ui; "
+             "print([m for m in ('fastapi', 'uvicorn', 'jinja2', 'starlette') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
