@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel
 
@@ -95,7 +96,7 @@ async def validate(request: Request, filename: str = "records.yaml") -> JSONResp
     data = await read_limited(request, filename)
     _, path = request.app.state.uploads.save(data, "records.yaml")
     try:
-        read_records(path)  # a file that is not a record file at all is bad input, said now
+        await run_in_threadpool(read_records, path)  # not a record file at all: bad input, said now
     except ConfigError as exc:
         raise ConfigError(str(exc).replace(str(path), filename)) from None
     return _submit(request, "validate", {"path": str(path), "filename": filename})
