@@ -1,0 +1,89 @@
+"""LoRA trainable parameters against PEFT on real `transformers` models (CPU, exact).
+
+Small random-init models of each family (tests/torch_tier/small_configs.py) and shrunk catalog
+configs get `peft.LoraConfig(r, target_modules)` with the module names meshplan maps its target
+names to; the trainable parameters PEFT leaves must equal `meshplan.model.lora.adapter_params`
+to the parameter.
+
+PEFT (>= 0.18 on transformers 5) re-maps gate_proj/up_proj/down_proj on the MoE families whose
+experts transformers fused (qwen3_moe, deepseek_v2/v3, mixtral, ...) to the routed-expert
+tensors and stops adapting the dense and shared-expert MLPs of the same names; meshplan keeps
+the module meaning (dense and shared MLPs, routed experts frozen), so those families are compared
+on their attention targets.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+peft = pytest.importorskip("peft")
+
+from meshplan.model import from_config  # noqa: E402
+from meshplan.model.catalog_index import catalog_config  # noqa: E402
+from meshplan.model.lora import adapter_params, peft_target_modules, target_names  # noqa: E402
+from tests.torch_tier import hf_truth  # noqa: E402
+from tests.torch_tier.small_configs import SMALL_CONFIGS  # noqa: E402
+
+FAMILIES = ["llama", "llama_tied_bias", "mistral", "qwen2", "qwen3", "gemma2", "gemma3_text",
+            "olmo2", "granite", "mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3",
+            "phi3", "gpt2", "gpt_neox", "starcoder2", "nemotron", "gpt_oss"]
+REMAPPED_MOE = {"qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "mixtral"}
+CATALOG = ["llama-3.1-8b", "qwen3-8b", "mistral-7b", "gemma-2-9b", "mixtral-8x7b",
+           "qwen1.5-moe-a2.7b", "deepseek-v2-lite"]
+
+
+def _peft_trainable(config: dict, targets: list[str], rank: int) -> int:
+    import torch
+
+    hf = hf_truth.build_hf_config(config)
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(hf, dtype=torch.float32)
+    lora = peft.LoraConfig(r=rank, target_modules=targets)
+    wrapped = peft.get_peft_model(model, lora)
+    return sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+
+
+def _shrunk(name: str, layers: int = 2) -> dict:
+    config = catalog_config(name)
+    text = config.get("text_config", config)
+    text["num_hidden_layers"] = layers
+    for key in ("layer_types", "mlp_only_layers"):
+        if isinstance(text.get(key), list):
+            text[key] = text[key][:layers]
+    return config
+
+
+def _targets(spec) -> tuple[str, ...]:
+    names = target_names(spec)
+    if spec.family in REMAPPED_MOE:
+        return tuple(n for n in names if n in ("q", "k", "v", "kv", "o"))
+    return names
+
+
+def _check(config: dict, targets: tuple[str, ...], rank: int) -> None:
+    spec = from_config(config)
+    modules = peft_target_modules(spec, targets)
+    assert adapter_params(spec, targets, rank) == _peft_trainable(config, modules, rank)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_all_targets_exact(name):
+    spec = from_config(SMALL_CONFIGS[name])
+    _check(SMALL_CONFIGS[name], _targets(spec), 8)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2_moe", "deepseek_v3", "gpt2"])
+@pytest.mark.parametrize("rank", [1, 16])
+def test_first_target_exact(name, rank):
+    spec = from_config(SMALL_CONFIGS[name])
+    _check(SMALL_CONFIGS[name], target_names(spec)[:1], rank)
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_catalog_all_targets_exact(name):
+    config = _shrunk(name)
+    _check(config, _targets(from_config(config)), 16)
