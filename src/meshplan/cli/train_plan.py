@@ -76,6 +76,10 @@ def plan_command(
     dp_sharding: str = typer.Option(None, help="Pin data-parallel sharding."),
     schedule: str = typer.Option(None, help="Pin the pipeline schedule (megatron: 1f1b, interleaved; "
                                  "torchtitan: gpipe, 1f1b, interleaved)."),
+    method: str = typer.Option("full", help="full, lora or qlora (fixed; the layout is searched)."),
+    lora_rank: int = typer.Option(None, help="LoRA rank r (PEFT's default 8)."),
+    lora_targets: str = typer.Option(None, help="Adapted linear layers, comma-separated (q,k,v,o,"
+                                     "gate,up,down); default q,v."),
     objective: str = typer.Option("throughput", help="throughput, cost or time-to-train."),
     price_per_gpu_hour: float = typer.Option(None, help="USD per GPU-hour: adds $/step, $/Mtok (and "
                                              "the run's cost with --train-tokens); needed by --objective cost."),
@@ -99,7 +103,8 @@ def plan_command(
         raise ConfigError(f"--schedule {schedule!r}: {framework} runs "
                           f"{', '.join(schedules_for(framework)) or 'no pipeline schedule'}")
     base = build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
-                      framework=framework, precision=precision)
+                      framework=framework, precision=precision, method=method,
+                      lora_rank=lora_rank, lora_targets=lora_targets)
     entries, searches = [], []
     for n in parse_counts(num_gpus):
         cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None)

@@ -164,11 +164,17 @@ def _fused_linears(layer: LayerSpec, model: ModelSpec) -> dict[str, tuple[Linear
     return found
 
 
+def adapted_linears(layer: LayerSpec, model: ModelSpec, targets: tuple[str, ...],
+                    fused: bool = False) -> list[Linear]:
+    """The linear layers of `layer` that `targets` adapt (fused: the `fuse_targets` layout)."""
+    found = _fused_linears(layer, model) if fused else layer_linears(layer, model)
+    return [lin for t in targets for lin in found.get(t, ())]
+
+
 def layer_adapter_params(layer: LayerSpec, model: ModelSpec, targets: tuple[str, ...],
                          rank: int, tp: int = 1, fused: bool = False) -> float:
     """LoRA parameters of `layer` per GPU of a tp group (fused: `fuse_targets` layout)."""
-    found = _fused_linears(layer, model) if fused else layer_linears(layer, model)
-    return sum(lin.adapter_params(rank, tp) for t in targets for lin in found.get(t, ()))
+    return sum(lin.adapter_params(rank, tp) for lin in adapted_linears(layer, model, targets, fused))
 
 
 def adapter_params(model: ModelSpec, targets: tuple[str, ...], rank: int,

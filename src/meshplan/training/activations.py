@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
+from meshplan.training import finetune
 from meshplan.training.plan import QUANTIZED
 from meshplan.training.resolve import ResolvedPlan
 
@@ -189,7 +190,7 @@ def _layer_activation_bytes(layer: LayerSpec, model: ModelSpec, plan: ResolvedPl
             continue
         n = item.bytes_per_token * (keys if item.per_key else 1) / _divisor(item, plan)
         total += n * (routed if item.split.startswith("routed") else 1)
-    return total * tokens
+    return (total + finetune.adapter_saved_per_token(layer, model, plan, act_bytes(plan))) * tokens
 
 
 def checkpoint_bytes(model: ModelSpec, plan: ResolvedPlan) -> float:

@@ -16,6 +16,7 @@ from meshplan.hardware import Cluster
 from meshplan.model.counts import layer_kinds
 from meshplan.model.spec import ModelSpec
 from meshplan.training import activations as act
+from meshplan.training import finetune
 from meshplan.training.pipeline_orders import F, W, cached_orders, decode
 from meshplan.training.resolve import ResolvedPlan
 from meshplan.training.schedules import in_flight_chunks
@@ -242,7 +243,9 @@ def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
     if key not in memo:
         params = stage_params(model, plan, stage)
         held_bytes, transient = logits_bytes(model, plan, stage)
-        memo[key] = (model_states(params, model, plan), held_bytes, transient,
+        states = (finetune.model_states(model, plan, stage, params) if finetune.is_finetune(plan)
+                  else model_states(params, model, plan))
+        memo[key] = (states, held_bytes, transient,
                      buffers_bytes(params, model, plan), len(plan.stage_layers(stage)))
     return memo[key]
 
@@ -272,6 +275,8 @@ class MemoryEstimate:
     gpu_memory_bytes: float
     activation_bytes_per_layer: float
     """Bytes one decoder layer saves for one micro-batch on one GPU, before recompute."""
+    trainable_params: int = 0
+    """Parameters the optimizer updates (all of them, or the LoRA adapters')."""
 
     @property
     def peak_stage(self) -> StageMemory:
@@ -304,4 +309,5 @@ def estimate_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> M
     return MemoryEstimate(
         plan=plan, stages=stages, gpu_memory_bytes=float(cluster.gpu.hbm_bytes),
         activation_bytes_per_layer=act.layer_activation_bytes(first, model, plan),
+        trainable_params=finetune.trainable_params(model, plan),
     )

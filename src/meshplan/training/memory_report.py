@@ -27,6 +27,7 @@ def memory_dict(estimate: MemoryEstimate) -> dict[str, Any]:
         "gpu_memory_bytes": estimate.gpu_memory_bytes,
         "headroom_bytes": estimate.gpu_memory_bytes - peak.total_bytes,
         "activation_bytes_per_layer": estimate.activation_bytes_per_layer,
+        "trainable_params": estimate.trainable_params,
         "stages": [stage.to_dict() for stage in estimate.stages],
         "plan": plan_dict(estimate),
         "chosen": dict(estimate.plan.chosen),

@@ -20,6 +20,7 @@ QUANTIZED = ("fp8", "fp4")
 Optimizer = Literal["adamw", "adam", "sgd", "adafactor"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
 Attention = Literal["flash", "sdpa", "eager"]
+Method = Literal["full", "lora", "qlora"]
 
 
 class TrainingPlan(BaseModel):
@@ -83,3 +84,11 @@ class TrainingPlan(BaseModel):
     async TP); None: the framework's usual choice (on for NeMo recipes, else off)."""
     capacity_factor: float | None = Field(None, gt=0)
     """MoE token dropping: each expert takes at most this multiple of its fair share."""
+    method: Method = "full"
+    """What is trained: full (every weight), lora (low-rank adapters on a frozen 16-bit base) or
+    qlora (adapters on a frozen NF4 4-bit base with double quantization, bitsandbytes)."""
+    lora_rank: int = Field(8, ge=1)
+    """LoRA rank r of every adapter (PEFT's default 8)."""
+    lora_targets: tuple[str, ...] | None = None
+    """Linear layers that get adapters: q, k, v, o, gate, up, down (qkv, kv, gate_up where the
+    family fuses them); None: q,v (PEFT's default; q,kv for MLA, qkv when fused)."""
