@@ -46,7 +46,9 @@ def plan_entry(est: StepEstimate, model: str, cluster, score: float, money: dict
                                           "sequence_parallel", "dp_sharding", "micro_batch_size",
                                           "global_batch_size", "seq_len", "recompute", "recompute_num_layers",
                                           "offload_optimizer", "precision",
-                                          "schedule", "framework", "tp_comm_overlap")}
+                                          "schedule", "framework", "tp_comm_overlap", "method")}
+    if p.method != "full":
+        fields.update(lora_rank=p.lora_rank, lora_targets=list(p.lora_targets))
     sizes = [len(c) for c in p.chunk_layers]
     fields["pipeline_split"] = sizes if len(set(sizes)) > 1 else None
     return {"model": model, "hardware": {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus,
