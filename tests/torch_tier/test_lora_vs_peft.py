@@ -87,3 +87,41 @@ def test_first_target_exact(name, rank):
 def test_catalog_all_targets_exact(name):
     config = _shrunk(name)
     _check(config, _targets(from_config(config)), 16)
+
+
+# ---------------------------------------------------------------- saved activations
+
+SAVED_TOLERANCE = 0.03  # as the full-training activation test (CPU LayerNorm statistics differ)
+SAVED_CASES = [("llama", "sdpa", ("q", "v")), ("llama", "eager", None), ("mistral", "sdpa", ("q", "v")),
+               ("qwen3", "sdpa", None), ("olmo2", "sdpa", None), ("granite", "sdpa", ("o", "down")),
+               ("phi3", "sdpa", ("qkv", "gate_up")), ("gpt2", "sdpa", None), ("gpt_neox", "sdpa", None),
+               ("starcoder2", "sdpa", ("q", "v", "up")), ("gemma2", "eager", ("q", "v")),
+               ("mixtral", "sdpa", ("q", "v")), ("qwen2_moe", "sdpa", None), ("qwen3_moe", "sdpa", ("q", "k", "v", "o"))]
+
+
+@pytest.mark.parametrize("family, attention, targets", SAVED_CASES)
+@pytest.mark.parametrize("batch, seq", [(1, 32), (2, 64)])
+def test_saved_bytes_match_autograd_under_peft(family, attention, targets, batch, seq):
+    """Bytes a decoder layer saves for backward with a frozen base and PEFT adapters (fp32, on a
+    bf16 model), against `saved_tensors_hooks`. Layer 0 is left out: with frozen embeddings its
+    input needs no gradient, so its first norm saves nothing (meshplan costs every layer as one
+    that passes a gradient on)."""
+    from meshplan.hardware import Cluster
+    from meshplan.training import TrainingPlan, resolve_plan
+    from meshplan.training.activations import layer_activation_bytes
+    from tests.torch_tier.hf_saved import build_train_model, measure_saved_bytes
+
+    config = SMALL_CONFIGS[family]
+    spec = from_config(config)
+    targets = targets or target_names(spec)
+    model = build_train_model(config, attention, "grouped_mm")
+    lora = peft.LoraConfig(r=8, target_modules=peft_target_modules(spec, targets))
+    wrapped = peft.get_peft_model(model, lora)
+    measured = measure_saved_bytes(config, batch, seq, attention, experts_implementation="grouped_mm",
+                                   model=wrapped).per_layer_bytes
+    plan = TrainingPlan(framework="hf", attention=attention, micro_batch_size=batch, global_batch_size=batch,
+                        seq_len=seq, method="lora", lora_rank=8, lora_targets=targets)
+    resolved = resolve_plan(plan, spec, Cluster.build("h100-sxm-80gb", 1))
+    for i in range(1, spec.num_layers):
+        predicted = layer_activation_bytes(spec.layers[i], spec, resolved)
+        assert predicted == pytest.approx(measured[i], rel=SAVED_TOLERANCE), f"layer {i}"

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
-from meshplan.training import finetune
 from meshplan.training.plan import QUANTIZED
 from meshplan.training.resolve import ResolvedPlan
 
@@ -144,8 +143,15 @@ def routed_tokens_per_token(layer: LayerSpec, plan: ResolvedPlan) -> float:
 
 
 def saved_tensors(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan) -> list[Saved]:
-    """The tensors `layer` saves for backward under the plan's kernel profile."""
-    return PROFILES[profile_name(plan)](layer, model, plan)
+    """The tensors `layer` saves for backward under the plan's kernel profile (a LoRA/QLoRA
+    plan's frozen base: see `profile_lora`)."""
+    profile = profile_name(plan)
+    saved = PROFILES[profile](layer, model, plan)
+    if plan.method == "full":
+        return saved
+    from meshplan.training.profile_lora import frozen_base
+
+    return frozen_base(saved, layer, model, plan, profile)
 
 
 NOT_ACTIVATION_FIELDS = frozenset({
@@ -190,7 +196,7 @@ def _layer_activation_bytes(layer: LayerSpec, model: ModelSpec, plan: ResolvedPl
             continue
         n = item.bytes_per_token * (keys if item.per_key else 1) / _divisor(item, plan)
         total += n * (routed if item.split.startswith("routed") else 1)
-    return (total + finetune.adapter_saved_per_token(layer, model, plan, act_bytes(plan))) * tokens
+    return total * tokens
 
 
 def checkpoint_bytes(model: ModelSpec, plan: ResolvedPlan) -> float:

@@ -127,15 +127,6 @@ def model_states(model: ModelSpec, plan: ResolvedPlan, stage: int,
     return out
 
 
-def adapter_saved_per_token(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan,
-                            width: float) -> float:
-    """Bytes per token the adapters of `layer` add to what it saves for backward: each adapter's
-    rank-r intermediate x A, which B's weight gradient reads."""
-    if not is_finetune(plan):
-        return 0.0
-    return width * plan.lora_rank * len(layer_adapters(layer, model, plan))
-
-
 def adapter_forward_s(ctx, layer: LayerSpec) -> float:
     """Forward seconds of `layer`'s adapters for one micro-batch: x A, (x A) B and the scaled add
     onto the base output."""
