@@ -125,3 +125,47 @@ def test_saved_bytes_match_autograd_under_peft(family, attention, targets, batch
     for i in range(1, spec.num_layers):
         predicted = layer_activation_bytes(spec.layers[i], spec, resolved)
         assert predicted == pytest.approx(measured[i], rel=SAVED_TOLERANCE), f"layer {i}"
+
+
+# ---------------------------------------------------------------- host ops
+
+
+def _llama_ops(layers: int, targets: list[str] | None):
+    import torch
+    import transformers
+
+    from tests.torch_tier.test_dispatch_counts import _Count
+
+    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_attention_heads=8,
+                                   num_key_value_heads=2, num_hidden_layers=layers, vocab_size=1000)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
+                                                          dtype=torch.bfloat16).train()
+    if targets is not None:
+        model = peft.get_peft_model(model, peft.LoraConfig(r=8, target_modules=targets))
+    tokens = torch.randint(0, 1000, (2, 64))
+    forward, backward = _Count(), _Count()
+    with forward:
+        loss = model(input_ids=tokens, labels=tokens).loss
+    with backward:
+        loss.backward()
+    return forward.ops, backward.ops
+
+
+def _layer_ops(targets):
+    one, two = _llama_ops(1, targets), _llama_ops(2, targets)
+    return [sum((b - a).values()) for a, b in zip(one, two)]
+
+
+@pytest.mark.parametrize("targets", [["q_proj", "v_proj"], [
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]])
+def test_lora_layer_ops_match_the_kernel_profile(targets):
+    """Ops dispatched per layer pass under PEFT vs kernels.lora_host_s on the measured full-training
+    counts (+-10%, as test_dispatch_counts)."""
+    from meshplan.costs.host import HOST_OP_S
+    from meshplan.training.kernels import lora_host_s
+
+    full = _layer_ops(None)
+    predicted = lora_host_s("pytorch-eager", len(targets), tuple(n * HOST_OP_S for n in full))
+    measured = _layer_ops(targets)
+    assert [p / HOST_OP_S for p in predicted] == pytest.approx(measured, rel=0.10)

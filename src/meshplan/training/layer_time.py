@@ -19,7 +19,7 @@ from meshplan.model.counts import mean_visible_keys
 from meshplan.model.spec import DenseMLP, LayerSpec, MoEMLP
 from meshplan.training import finetune
 from meshplan.training.context import CostContext
-from meshplan.training.kernels import layer_host_s
+from meshplan.training.kernels import layer_host_s, lora_host_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +196,9 @@ def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
     backward += 2 * (tp_exposed + ep + cp_exposed)
     host_forward, host_backward = layer_host_s(ctx.kernel_profile, ctx.model, layer, p.tp,
                                                p.sequence_parallel, p.ep)
+    if finetune.is_finetune(p):
+        count = len(finetune.layer_adapters(layer, ctx.model, p))
+        host_forward, host_backward = lora_host_s(ctx.kernel_profile, count, (host_forward, host_backward))
     backward = max(backward, host_backward)  # the GPU waits on launches of short kernels
     backward += _recompute(ctx, max(forward, host_forward), attn)
     forward = max(forward, host_forward)
