@@ -165,3 +165,23 @@ def test_cli_json_has_trainable_params_and_bad_target_exits_2():
     assert json.loads(ok.stdout)["trainable_params"] == 167_772_160
     bad = runner.invoke(app, [a if a != "q,k,v,o,gate,up,down" else "q,x" for a in args])
     assert bad.exit_code == 2 and "lora_targets" in bad.output
+
+
+def test_export_refuses_fine_tuning_plans():
+    from meshplan.export import export_plan
+
+    model = load_model("llama-3.1-8b")
+    cluster = Cluster.build("h100-sxm-80gb", 8)
+    plan = resolve_plan(_plan("lora", framework="deepspeed"), model, cluster)
+    with pytest.raises(ConfigError, match="writes full training only"):
+        export_plan("deepspeed", model, cluster, plan)
+
+
+def test_qlora_fsdp_gathers_4bit_weights():
+    model = load_model("llama-3.1-8b")
+    cluster = Cluster.build("h100-sxm-80gb", 8)
+    exposed = {}
+    for method in ("lora", "qlora"):
+        plan = resolve_plan(_plan(method, dp_sharding="full", micro_batch_size=1, seq_len=512), model, cluster)
+        exposed[method] = estimate_step(model, cluster, plan).breakdown["fsdp_gather_exposed"]
+    assert exposed["qlora"] < exposed["lora"]

@@ -90,6 +90,15 @@ def trainable_layer_params(model: ModelSpec, plan: ResolvedPlan, layers: list[in
     return sum(_layer_adapter_params(model, plan, kinds[i]) for i in layers)
 
 
+def quantized_saving(model: ModelSpec, plan: ResolvedPlan, layers: list[int]) -> float:
+    """Bytes per GPU QLoRA's NF4 storage saves over 16-bit weights in decoder layers `layers`
+    (0 for other methods): what an FSDP all-gather of those layers no longer moves."""
+    if plan.method != "qlora":
+        return 0.0
+    kinds = layer_kinds(model)
+    return (2.0 - NF4_BYTES_PER_PARAM) * sum(sum(_quantized(model, plan, kinds[i])) for i in layers)
+
+
 def _quantized(model: ModelSpec, plan: ResolvedPlan, kind: int) -> tuple[float, float]:
     """(dense, expert) 4-bit weights of layer `kind` per GPU."""
     dense, expert = lora.quantized_params(model.layers[kind], model)
