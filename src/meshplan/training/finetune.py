@@ -90,18 +90,22 @@ def trainable_layer_params(model: ModelSpec, plan: ResolvedPlan, layers: list[in
     return sum(_layer_adapter_params(model, plan, kinds[i]) for i in layers)
 
 
-def quantized_saving(model: ModelSpec, plan: ResolvedPlan, layers: list[int]) -> float:
-    """Bytes per GPU QLoRA's NF4 storage saves over 16-bit weights in decoder layers `layers`
-    (0 for other methods): what an FSDP all-gather of those layers no longer moves."""
+def quantized_saving(model: ModelSpec, plan: ResolvedPlan, layers: list[int], width: float) -> float:
+    """Bytes per GPU QLoRA's NF4 storage saves over `width`-byte weights in decoder layers
+    `layers` (0 for other methods): what an FSDP all-gather of those layers no longer moves."""
     if plan.method != "qlora":
         return 0.0
     kinds = layer_kinds(model)
-    return (2.0 - NF4_BYTES_PER_PARAM) * sum(sum(_quantized(model, plan, kinds[i])) for i in layers)
+    return (width - NF4_BYTES_PER_PARAM) * sum(sum(_quantized(model, plan, kinds[i])) for i in layers)
 
 
 def _quantized(model: ModelSpec, plan: ResolvedPlan, kind: int) -> tuple[float, float]:
     """(dense, expert) 4-bit weights of layer `kind` per GPU."""
-    dense, expert = lora.quantized_params(model.layers[kind], model)
+    return _layer_quantized(model.layers[kind], model, plan)
+
+
+def _layer_quantized(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan) -> tuple[float, float]:
+    dense, expert = lora.quantized_params(layer, model)
     return dense / plan.tp, expert / (plan.ep * plan.etp)
 
 
@@ -153,9 +157,7 @@ def dequant_s(ctx, layer: LayerSpec) -> float:
     """Seconds to dequantize `layer`'s NF4 weights to bf16 once (QLoRA; 0 otherwise)."""
     if ctx.plan.method != "qlora":
         return 0.0
-    p = ctx.plan
-    dense, expert = lora.quantized_params(layer, ctx.model)
-    dense, expert = dense / p.tp, expert / (p.ep * p.etp)
+    dense, expert = _layer_quantized(layer, ctx.model, ctx.plan)
     return ctx.memory((dense + expert) * (NF4_BYTES_PER_PARAM + 2.0), kernels=DEQUANT_KERNELS_PER_LAYER)
 
 

@@ -108,7 +108,7 @@ def _fsdp_traffic(ctx: CostContext, layers: list) -> tuple[float, float]:
     units = max(1, len(layers) * FSDP_COLLECTIVES_PER_LAYER.get(p.framework, 1))
     grad_width = state_bytes(p, ctx.model.hidden_size).gradients
     group, cluster, comm = ctx.groups.shard, ctx.cluster, ctx.comm
-    weights = params * ctx.act_width - finetune.quantized_saving(ctx.model, p, layers)  # QLoRA: 4-bit
+    weights = params * ctx.act_width - finetune.quantized_saving(ctx.model, p, layers, ctx.act_width)  # QLoRA: 4-bit
     gather = units * collective_time("all_gather", weights / units, group, cluster, comm)
     scatter = units * collective_time("reduce_scatter", trained * grad_width / units, group, cluster, comm)
     return gather * ctx.k.fsdp_comm_scale, scatter * ctx.k.fsdp_comm_scale
