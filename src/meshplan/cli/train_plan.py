@@ -54,7 +54,10 @@ def plan_entry(est: StepEstimate, model: str, cluster, score: float, money: dict
                                           "global_batch_size", "seq_len", "recompute", "recompute_num_layers",
                                           "offload_optimizer", "precision",
                                           "schedule", "framework", "tp_comm_overlap",
-                                          "doc_lengths", "balance", "expert_skew", "moe_balance")}
+                                          "doc_lengths", "balance", "expert_skew", "moe_balance",
+                                          "method")}
+    if p.method != "full":
+        fields.update(lora_rank=p.lora_rank, lora_targets=list(p.lora_targets))
     sizes = [len(c) for c in p.chunk_layers]
     fields["pipeline_split"] = sizes if len(set(sizes)) > 1 else None
     return {"model": model, "hardware": {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus,
@@ -92,6 +95,10 @@ def plan_command(
     balance: str = typer.Option(None, help="Pin document balancing (none, sort, per-doc-cp, reassign)."),
     expert_skew: str = typer.Option(None, help=_field_help("expert_skew") + " Adds the moe_balance axis."),
     moe_balance: str = typer.Option(None, help="Pin MoE balancing (none, aux-free, eplb)."),
+    method: str = typer.Option("full", help="full, lora or qlora (fixed; the layout is searched)."),
+    lora_rank: int = typer.Option(None, help="LoRA rank r (PEFT's default 8)."),
+    lora_targets: str = typer.Option(None, help="Adapted linear layers, comma-separated (q,k,v,o,"
+                                     "gate,up,down); default q,v."),
     objective: str = typer.Option("throughput", help="throughput, cost or time-to-train."),
     price_per_gpu_hour: float = typer.Option(None, help="USD per GPU-hour: adds $/step, $/Mtok (and "
                                              "the run's cost with --train-tokens); needed by --objective cost."),
@@ -119,7 +126,8 @@ def plan_command(
                           f"{', '.join(schedules_for(framework)) or 'no pipeline schedule'}")
     base = build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
                       framework=framework, precision=precision, doc_lengths=doc_lengths,
-                      expert_skew=expert_skew, balance=balance, moe_balance=moe_balance)
+                      expert_skew=expert_skew, balance=balance, moe_balance=moe_balance,
+                      method=method, lora_rank=lora_rank, lora_targets=lora_targets)
     entries, searches, results = [], [], {}
     host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}
     for n in parse_counts(num_gpus):

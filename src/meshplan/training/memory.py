@@ -18,6 +18,7 @@ from meshplan.hardware import Cluster
 from meshplan.model.counts import layer_kinds
 from meshplan.model.spec import ModelSpec
 from meshplan.training import activations as act
+from meshplan.training import finetune
 from meshplan.training.offload import offloaded_bytes
 from meshplan.training.pipeline_orders import F, W, cached_orders, decode
 from meshplan.training.resolve import ResolvedPlan
@@ -269,9 +270,12 @@ def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
     if key not in memo:
         params = stage_params(model, plan, stage)
         held_bytes, transient = logits_bytes(model, plan, stage)
+        states = (finetune.model_states(model, plan, stage, params) if finetune.is_finetune(plan)
+                  else model_states(params, model, plan))
+        trainable = finetune.trainable_stage_params(model, plan, stage)
         offloaded = offloaded_bytes(plan, state_bytes(plan, model.hidden_size),
-                                    updated_params(params, plan))
-        memo[key] = (model_states(params, model, plan), held_bytes, transient,
+                                    updated_params(trainable, plan))
+        memo[key] = (states, held_bytes, transient,
                      buffers_bytes(params, model, plan), len(plan.stage_layers(stage)), offloaded)
     return memo[key]
 
@@ -315,6 +319,8 @@ class MemoryEstimate:
     """Host DRAM one GPU's offload may use: the node's, shared by the job's GPUs on it."""
     nvme_capacity_bytes: float = float("inf")
     """NVMe one GPU's offload may use: the node's drives, shared likewise."""
+    trainable_params: int = 0
+    """Parameters the optimizer updates (all of them, or the LoRA adapters')."""
 
     @property
     def peak_stage(self) -> StageMemory:
@@ -389,4 +395,5 @@ def estimate_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> M
         plan=plan, stages=stages, gpu_memory_bytes=float(cluster.gpu.hbm_bytes),
         activation_bytes_per_layer=act.layer_activation_bytes(first, model, plan),
         host_memory_bytes=host, nvme_capacity_bytes=nvme,
+        trainable_params=finetune.trainable_params(model, plan),
     )

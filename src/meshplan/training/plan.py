@@ -23,6 +23,7 @@ Attention = Literal["flash", "sdpa", "eager"]
 Balance = Literal["none", "sort", "per-doc-cp", "reassign"]
 MoEBalance = Literal["none", "aux-free", "eplb"]
 OffloadTarget = Literal["cpu", "nvme"]
+Method = Literal["full", "lora", "qlora"]
 
 
 class TrainingPlan(BaseModel):
@@ -106,3 +107,11 @@ class TrainingPlan(BaseModel):
     moe_balance: MoEBalance = "none"
     """MoE load balancing: none, aux-free (DeepSeek-V3 bias balancing), eplb (replicas of hot
     experts on redundant slots); only read with expert_skew."""
+    method: Method = "full"
+    """What is trained: full (every weight), lora (low-rank adapters on a frozen 16-bit base) or
+    qlora (adapters on a frozen NF4 4-bit base with double quantization, bitsandbytes)."""
+    lora_rank: int = Field(8, ge=1)
+    """LoRA rank r of every adapter (PEFT's default 8)."""
+    lora_targets: tuple[str, ...] | None = None
+    """Linear layers that get adapters: q, k, v, o, gate, up, down (qkv, kv, gate_up where the
+    family fuses them); None: q,v (PEFT's default; q,kv for MLA, qkv when fused)."""

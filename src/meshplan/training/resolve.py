@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
+from meshplan.model import lora
 from meshplan.model.spec import ModelSpec, MoEMLP
+from meshplan.training.capabilities import FUSED_ADAPTERS, frameworks_for
 from meshplan.training.doclengths import check_spec, is_fixed
 from meshplan.training.kernels import profile_for
 from meshplan.training.plan import TrainingPlan
@@ -84,6 +86,11 @@ class ResolvedPlan:
     expert_skew: str | None = None
     """Expert-share spec (None: the fitted dropless imbalance)."""
     moe_balance: str = "none"
+    method: str = "full"
+    """full, lora or qlora (see TrainingPlan.method)."""
+    lora_rank: int = 8
+    lora_targets: tuple[str, ...] = ()
+    """Adapted linear layers (fused names where the framework fuses them); () for full."""
     chosen: dict[str, str] = field(default_factory=dict)
     """Fields meshplan filled in, with the reason."""
     warnings: tuple[str, ...] = ()
@@ -307,6 +314,29 @@ def _tp_overlap(plan: TrainingPlan, sp: bool, chosen: dict[str, str]) -> bool:
     return on
 
 
+def _resolve_method(plan: TrainingPlan, model: ModelSpec, chosen: dict[str, str]) -> dict:
+    """method, lora_rank and lora_targets, checked against the framework and the model."""
+    if plan.method == "full":
+        if plan.lora_targets is not None:
+            raise PlanError("lora_targets given with method='full': use method lora or qlora")
+        return {"method": "full", "lora_rank": plan.lora_rank, "lora_targets": ()}
+    supported = frameworks_for(plan.method)
+    if plan.framework not in supported:
+        raise PlanError(f"method={plan.method!r} with framework={plan.framework!r}: "
+                        f"{plan.method} fine-tuning runs on {', '.join(supported)}")
+    if plan.offload_params:
+        raise PlanError(f"offload_params with method={plan.method!r}: parameter offload of a frozen "
+                        f"base is not modelled; offload the optimizer (offload_optimizer) instead")
+    targets = plan.lora_targets
+    if targets is None:
+        targets = lora.default_targets(model)
+        chosen["lora_targets"] = f"{','.join(targets)} (PEFT's default for {model.family})"
+    lora.check_targets(model, targets)
+    if plan.framework in FUSED_ADAPTERS:
+        targets = lora.fuse_targets(model, targets)
+    return {"method": plan.method, "lora_rank": plan.lora_rank, "lora_targets": tuple(targets)}
+
+
 RANK_DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 
@@ -375,5 +405,6 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         capacity_factor=plan.capacity_factor,
         tp_comm_overlap=_tp_overlap(plan, sp, chosen),
         **_workload(plan, model, warnings),
+        **_resolve_method(plan, model, chosen),
         chosen=chosen, warnings=tuple(warnings),
     )
