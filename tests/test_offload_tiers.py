@@ -244,3 +244,11 @@ def test_deepspeed_export_writes_the_offload_tiers():
     megatron = resolve_plan(_plan(global_batch_size=8, offload_params=True, framework="megatron"),
                             model, cluster)
     assert any("offload_params" in p for p in problems("megatron", megatron))
+
+
+def test_a_pinned_offload_tier_is_searched_even_when_plans_fit_without_it():
+    model, cluster = load_model("llama-3.2-1b"), Cluster.build("h100-sxm-80gb", 8)
+    result = search(model, cluster, TrainingPlan(framework="deepspeed", seq_len=4096,
+                                                 global_batch_size=64),
+                    {"offload_activations": True, "recompute": "full"}, top=3)
+    assert result.ranked and all(e.plan.offload_activations for e in result.ranked)
