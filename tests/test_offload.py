@@ -23,14 +23,14 @@ def test_every_catalog_gpu_has_a_host():
 
 def test_offload_time_by_hand_on_a_dgx_h100():
     params = 8e9
-    t = offload_time("h100-sxm-80gb", gpus_per_node=8, num_gpus=1, params=params, microbatches=1,
+    t = offload_time(Cluster.build("h100-sxm-80gb", 1), params=params, microbatches=1,
                      backward_s=10.0)
     dram = 614.4e9 * HOST_DRAM_EFFICIENCY  # one GPU in the job: the whole host is its
     assert t.cpu_step_s == pytest.approx(params * HOST_BYTES_PER_PARAM / dram)
     link = 63e9 * HOST_LINK_EFFICIENCY
     assert t.params_s == pytest.approx(params * 2 / link)
     assert t.grads_exposed_s == 0.0  # 0.32 s of copies hide under a 10 s backward
-    eight = offload_time("h100-sxm-80gb", 8, 64, params, 1, 10.0)
+    eight = offload_time(Cluster.build("h100-sxm-80gb", 64), params, 1, 10.0)
     assert eight.cpu_step_s == pytest.approx(8 * t.cpu_step_s)  # eight GPUs share the host
 
 

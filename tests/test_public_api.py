@@ -59,7 +59,7 @@ def _imported_after(code: str, modules: tuple[str, ...]) -> list[str]:
 
 
 def test_import_and_cli_startup_do_not_import_heavy_extras():
-    heavy = ("torch", "transformers", "plotly", "fastapi", "huggingface_hub")
+    heavy = ("torch", "transformers", "plotly", "jinja2", "fastapi", "huggingface_hub")
     assert _imported_after("import meshplan, meshplan.cli", heavy) == []
 
 

@@ -33,6 +33,11 @@ CASES = {
                                        output_len=600, shared_prefix_len=1000, num_prefixes=3)),
     "two replicas, closed loop": (ServingPlan(replicas=2), dict(num_requests=100, arrival="concurrency", concurrency=12,
                                                                 input_len=800, output_len=150)),
+    "int4 kv": (ServingPlan(kv_cache_dtype="int4", what_if=True), dict(num_requests=120, input_len=2000, output_len=300)),
+    "decode pool alone": (ServingPlan(disaggregated=Disaggregation(decode_gpus=1)),
+                          dict(num_requests=100, arrival="concurrency", concurrency=24, input_len=1500, output_len=200)),
+    "prefill pool alone": (ServingPlan(disaggregated=Disaggregation(prefill_gpus=2, prefill_tp=2)),
+                           dict(num_requests=100, arrival="poisson", request_rate=20.0, input_len=1500, output_len=200)),
 }
 
 
@@ -55,7 +60,7 @@ def test_fast_forward_is_exact(case, monkeypatch):
         assert np.array_equal(fast.log.column(column), slow.log.column(column)), column
 
 
-@pytest.mark.parametrize("case", ["offline vllm", "sglang tp2", "pipeline", "trtllm reserve"])
+@pytest.mark.parametrize("case", ["offline vllm", "sglang tp2", "pipeline", "trtllm reserve", "int4 kv"])
 def test_vectorised_cost_is_the_per_iteration_cost(case, monkeypatch):
     """The stretches use IterationCost.batch; every row must be bit-identical to __call__ (the
     fast-forward's exactness rests on it), over decode, prefill and mixed iterations."""

@@ -21,7 +21,9 @@ PLANS = st.fixed_dictionaries({
     "ep": st.sampled_from([1, 2, 8, 64]), "micro_batch_size": st.sampled_from([None, 1, 3]),
     "recompute": st.sampled_from(["none", "selective", "full"]),
     "dp_sharding": st.sampled_from([None, "none", "optimizer", "gradients", "full"]),
-    "offload_optimizer": st.booleans(), "seq_len": st.sampled_from([128, 4096, 32768]),
+    "offload_optimizer": st.booleans(), "offload_params": st.booleans(),
+    "offload_activations": st.booleans(), "offload_target": st.sampled_from(["cpu", "nvme"]),
+    "seq_len": st.sampled_from([128, 4096, 32768]),
     "precision": st.sampled_from(["bf16", "fp8", "fp4", "fp16"]),
     "framework": st.sampled_from(["megatron", "torchtitan", "deepspeed", "hf"]),
 })

@@ -14,11 +14,22 @@ SCALE_UP_DOMAIN = typer.Option(
 INTER_NODE_GBPS = typer.Option(
     None, "--inter-node-gbps-per-gpu", help="Scale-out bandwidth per GPU in Gb/s (default: the GPU's NIC).")
 POWER_LIMIT = typer.Option(None, "--gpu-power-limit-w", help="GPU power cap in watts (default: TDP).")
+HOST_MEMORY = typer.Option(None, "--host-memory-gb",
+                           help="Host DRAM per node in GB (default: the GPU's reference server, hosts.yaml).")
+HOST_LINK = typer.Option(None, "--host-link-gb-per-s",
+                         help="Host<->GPU link per GPU, one direction, in GB/s (default: PCIe/C2C of the server).")
+NVME_READ = typer.Option(None, "--nvme-read-gb-per-s", help="NVMe read bandwidth per node in GB/s.")
+NVME_WRITE = typer.Option(None, "--nvme-write-gb-per-s", help="NVMe write bandwidth per node in GB/s.")
+NVME_TB = typer.Option(None, "--nvme-tb", help="NVMe data capacity per node in TB.")
+HOST_OPTIONS = ("host_memory_gb", "host_link_gb_per_s", "nvme_read_gb_per_s", "nvme_write_gb_per_s",
+                "nvme_tb")
+"""Keyword names of the host overrides, as `build_cluster` and `Cluster.build` take them."""
 
 
 def build_cluster(gpu: str, num_gpus: int, gpus_per_node: int | None, scale_up_domain: int | None,
-                  inter_node_gbps_per_gpu: float | None, gpu_power_limit_w: float | None) -> Cluster:
-    """A Cluster from the shared hardware options."""
+                  inter_node_gbps_per_gpu: float | None, gpu_power_limit_w: float | None,
+                  **host: float | None) -> Cluster:
+    """A Cluster from the shared hardware options (`host`: the HOST_OPTIONS overrides)."""
     return Cluster.build(gpu, num_gpus, gpus_per_node=gpus_per_node, scale_up_domain=scale_up_domain,
                          inter_node_gbps_per_gpu=inter_node_gbps_per_gpu,
-                         gpu_power_limit_w=gpu_power_limit_w)
+                         gpu_power_limit_w=gpu_power_limit_w, **host)

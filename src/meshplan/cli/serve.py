@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import typer
 from pydantic import ValidationError
 
+from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
+from meshplan.serving.lora import lora_slots
 from meshplan.serving.metrics import SLO
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import SimulationResult, simulate
@@ -25,13 +28,34 @@ def _help(field: str) -> str:
     return ServingPlan.model_fields[field].description or ""
 
 
-def build_serving_plan(**fields) -> ServingPlan:
+POOLS = ("both", "prefill", "decode")
+
+
+def phase_pool(pool: str, dis: dict, tp: int, pp: int, replicas: int) -> dict:
+    """The disaggregation flags of `--pool prefill|decode`: that pool alone (the other side
+    None), sized by its own flags or else by --tp, --pp and --replicas."""
+    if pool not in POOLS:
+        raise ConfigError(f"--pool {pool!r}: choose one of {', '.join(POOLS)}")
+    if pool == "both":
+        return dis
+    other = "decode" if pool == "prefill" else "prefill"
+    given = [f"--{other}-{k}" for k in ("gpus", "tp") if dis[f"{other}_{k}"] is not None]
+    if given:
+        raise ConfigError(f"--pool {pool} simulates the {pool} pool alone; drop {' and '.join(given)}")
+    size = dis[f"{pool}_tp"] or tp
+    gpus = dis[f"{pool}_gpus"] or size * pp * replicas
+    return {f"{pool}_gpus": gpus, f"{pool}_tp": size, f"{other}_gpus": None, f"{other}_tp": None}
+
+
+def build_serving_plan(pool: str = "both", **fields) -> ServingPlan:
     """A ServingPlan from CLI values; a bad value becomes one message naming the flag."""
     dis = {k: fields.pop(k) for k in ("prefill_gpus", "decode_gpus", "prefill_tp", "decode_tp")}
+    dis = phase_pool(pool, dis, fields.get("tp") or 1, fields.get("pp") or 1, fields.get("replicas") or 1)
     try:
         if any(v is not None for v in dis.values()):
-            if dis["prefill_gpus"] is None or dis["decode_gpus"] is None:
-                raise ConfigError("disaggregation needs both --prefill-gpus and --decode-gpus")
+            if pool == "both" and (dis["prefill_gpus"] is None or dis["decode_gpus"] is None):
+                raise ConfigError("disaggregation needs both --prefill-gpus and --decode-gpus "
+                                  "(or --pool prefill|decode to simulate one pool alone)")
             fields["disaggregated"] = Disaggregation(**{k: v for k, v in dis.items() if v is not None})
         return ServingPlan(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
@@ -48,8 +72,10 @@ def build_workload(trace: Path | None, trace_format: str | None, on_error: str, 
     if trace is not None:
         if trace_format is None:
             raise ConfigError("--trace needs --trace-format (burstgpt, azure or mooncake)")
-        return read_trace(trace, trace_format, on_error=on_error, time_scale=time_scale,
-                          max_requests=spec.get("num_requests"))
+        workload = read_trace(trace, trace_format, on_error=on_error, time_scale=time_scale,
+                              max_requests=spec.get("num_requests"))
+        lora = {k: spec[k] for k in ("lora_popularity", "lora_zipf_exponent") if spec.get(k) is not None}
+        return replace(workload, **lora, seed=seed) if lora else workload
     return synthesize(WorkloadSpec(**spec), seed=seed)
 
 
@@ -95,10 +121,21 @@ def simulate_cmd(
     acceptance_rate: float = typer.Option(None, help=_help("acceptance_rate")),
     speculative_method: str = typer.Option("eagle", help=_help("speculative_method")),
     enforce_eager: bool = typer.Option(False, "--enforce-eager", help=_help("enforce_eager")),
+    what_if: bool = typer.Option(False, "--what-if", help=_help("what_if")),
+    kv_offload: str = typer.Option("none", help=_help("kv_offload")),
+    kv_cpu_gib: float = typer.Option(None, help="kv_offload=cpu: host memory for offloaded KV per replica, GiB."),
+    kv_hit_rate: float = typer.Option(None, help=_help("kv_hit_rate")),
+    lora_adapters: int = typer.Option(0, help=_help("lora_adapters")),
+    lora_rank: int = typer.Option(None, help=_help("lora_rank")),
+    max_loras: int = typer.Option(None, help=_help("max_loras")),
+    lora_popularity: str = typer.Option(None, help="How requests pick adapters: uniform or zipf."),
+    lora_zipf_exponent: float = typer.Option(None, help="zipf popularity: adapter k ~ 1/(k+1)^exponent (default 1)."),
     prefill_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the prefill pool."),
     decode_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the decode pool."),
     prefill_tp: int = typer.Option(None, help="Disaggregated: TP of each prefill instance."),
     decode_tp: int = typer.Option(None, help="Disaggregated: TP of each decode instance."),
+    pool: str = typer.Option("both", help="both, or one pool of a disaggregated deployment alone: prefill "
+                             "(requests end with their first token) or decode (prompts' KV already present)."),
     dataset: str = typer.Option("random", help="Lengths: fixed, random, sharegpt, normal, lognormal."),
     input_len: int = typer.Option(None, help="Prompt tokens (fixed value, random centre, or mean)."),
     output_len: int = typer.Option(None, help="Output tokens (fixed value, random centre, or mean)."),
@@ -124,17 +161,23 @@ def simulate_cmd(
     json_out: bool = typer.Option(False, "--json", help="Print metrics and simulation stats as JSON."),
     requests_csv: Path = typer.Option(None, help="Write one CSV row per request here."),
     trace_out: Path = typer.Option(None, help="Write a Chrome/Perfetto trace of the iterations here."),
+    html: Path = html_option.HTML,
     quiet: bool = QUIET,
 ) -> None:
     """Simulate a deployment under traffic: TTFT, TPOT, ITL, E2E, throughput and goodput."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
     plan = build_serving_plan(
         engine=engine, engine_version=engine_version, tp=tp, pp=pp, ep=ep, dp=dp, replicas=replicas,
         router=router, weights_dtype=weights_dtype, kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, gpu_memory_utilization=gpu_memory_utilization,
         prefix_caching=prefix_caching, chunked_prefill=chunked_prefill,
         speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
-        speculative_method=speculative_method, enforce_eager=enforce_eager,
-        prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp)
+        speculative_method=speculative_method, enforce_eager=enforce_eager, what_if=what_if or None,
+        lora_adapters=lora_adapters, lora_rank=lora_rank, max_loras=max_loras, kv_offload=kv_offload,
+        kv_cpu_bytes=None if kv_cpu_gib is None else kv_cpu_gib * 2**30, kv_hit_rate=kv_hit_rate,
+        prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp,
+        pool=pool)
     spec_model = load_model(model)
     cluster = opt.build_cluster(gpu, num_gpus or plan.num_gpus, gpus_per_node, None, inter_node_gbps_per_gpu, None)
     workload = build_workload(
@@ -142,7 +185,8 @@ def simulate_cmd(
         arrival=_arrival(offline, request_rate, concurrency, burstiness), request_rate=request_rate,
         burstiness=burstiness, concurrency=concurrency, num_requests=num_requests, dataset=dataset,
         input_len=input_len, output_len=output_len, range_ratio=range_ratio,
-        shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns)
+        shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns,
+        lora_popularity=lora_popularity, lora_zipf_exponent=lora_zipf_exponent)
     if not slo_percentile <= 100:
         raise ConfigError(f"--slo-percentile {slo_percentile!r}: give a share of requests in (0, 100]")
     slo = None
@@ -160,6 +204,14 @@ def simulate_cmd(
             word = "[bold green]MET[/]" if verdict["met"] else "[bold red]NOT MET[/]"
             console.print(f"SLOs {word}: {verdict['attainment']:.1%} of requests meet every objective "
                           f"(needed {verdict['percentile']:g}%)", highlight=False)
+
+    def page():
+        from meshplan.report.pages_serving import simulate_page
+
+        title = f"{spec_model.name} on {plan.num_gpus} x {cluster.gpu.name}: {workload.description}"
+        return simulate_page(result, slo, slo_percentile, title, "meshplan serve simulate", given)
+
+    html_option.write(html, page)
     finish(verdict is None or verdict["met"])
 
 
@@ -190,6 +242,17 @@ def _render(result: SimulationResult, workload: Workload) -> None:
             f"KV {pool['kv_cache_gib']:.1f} GiB = {pool['kv_tokens']:,} tokens/replica")
     console.print(f"workload: {workload.description}")
     console.print(result.metrics)
+    pools = result.pools
+    plan = pools[0].plan
+    if plan.lora_adapters:
+        console.print(f"LoRA: {plan.lora_adapters} adapters of rank {plan.lora_rank}, {lora_slots(plan)} resident "
+                      f"per replica; {result.adapter_loads:,} host-to-GPU adapter loads", highlight=False)
+    if len(pools) == 1 and pools[0].role != "both":  # a phase pool measured alone
+        m, gpus = result.metrics, pools[0].replicas * pools[0].plan.gpus_per_replica
+        rate, what = ((m.input_tokens_per_s, "input") if pools[0].role == "prefill"
+                      else (m.output_tokens_per_s, "output"))
+        console.print(f"{pools[0].role} pool alone: {rate:,.0f} {what} tokens/s = {rate / gpus:,.0f} per GPU",
+                      highlight=False)
     console.print(f"simulated {result.simulated_s:,.1f} s of traffic ({len(result.records):,} requests, "
                   f"{result.iterations:,} iterations) in {result.wall_s:.2f} s wall")
 

@@ -11,6 +11,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import (
     QUIET,
@@ -92,10 +93,13 @@ def plan_cmd(
     workers: int = typer.Option(2, help="Processes simulating candidates in parallel."),
     seed: int = typer.Option(0, help="Random seed of the synthetic workload."),
     json_out: bool = typer.Option(False, "--json", help="Print the ranked plans as JSON (input of serve export)."),
+    html: Path = html_option.HTML,
     quiet: bool = QUIET,
 ) -> None:
     """The cheapest deployments that serve a request rate within latency SLOs."""
-    from meshplan.serving.plan_report import render, result_dict
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
+    from meshplan.serving.plan_report import render, result_dict, why
     from meshplan.serving.plan_search import search
 
     t = _targets(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
@@ -112,6 +116,14 @@ def plan_cmd(
         print_json(result_dict(result, model))
     else:
         console.print(render(result))
+
+    def page():
+        from meshplan.report.pages_serving import serve_plan_page
+
+        title = f"{spec.name}: serving {result.rate:g} req/s"
+        return serve_plan_page(result, why(result), title, "meshplan serve plan", given)
+
+    html_option.write(html, page)
     finish(bool(result.ranked))
 
 
@@ -133,10 +145,21 @@ def sweep_cmd(
     workers: int = typer.Option(1, "--workers", help="Rates simulated in parallel (processes, or CPUs of a local Ray)."),
     backend: str = typer.Option("local", "--backend", help="local (processes) or ray (the ray extra)."),
     address: str = typer.Option(None, "--address", help="Ray cluster address for --backend ray."),
+    slo_ttft_ms: float = typer.Option(None, help="Draw this TTFT objective (ms) on the --html curve."),
+    slo_tpot_ms: float = typer.Option(None, help="Draw this TPOT objective (ms) on the --html curve."),
+    slo_e2e_ms: float = typer.Option(None, help="Draw this E2E objective (ms) on the --html curve."),
+    slo_percentile: float = typer.Option(90.0, help="Percentile the objectives apply to (their label)."),
+    html: Path = html_option.HTML,
     quiet: bool = QUIET,
 ) -> None:
     """Latency and throughput over request rates: the latency-throughput curve of one deployment."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
     from meshplan.serving.rate_sweep import sweep_rates
+
+    targets = None
+    if any(v is not None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)):
+        targets = _targets(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
 
     try:
         values = [float(x) for x in rates.split(",") if x.strip()]
@@ -160,6 +183,14 @@ def sweep_cmd(
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)
+
+    def page():
+        from meshplan.report.pages_serving import serve_sweep_page
+
+        title = f"{model} on {plan.num_gpus} x {gpu}: latency vs request rate"
+        return serve_sweep_page(rows, targets, title, "meshplan serve sweep", given)
+
+    html_option.write(html, page)
 
 
 def _print_sweep(rows: list[dict]) -> None:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from rich import box
 from rich.table import Table
 
+from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import console, finish, print_json, user_errors, with_site
 from meshplan.errors import ConfigError
@@ -57,7 +58,9 @@ def _plan_flags(
     model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
     gpu: str = opt.GPU, num_gpus: int = opt.NUM_GPUS, gpus_per_node: int = opt.GPUS_PER_NODE,
     scale_up_domain: int = opt.SCALE_UP_DOMAIN, inter_node_gbps_per_gpu: float = opt.INTER_NODE_GBPS,
-    gpu_power_limit_w: float = opt.POWER_LIMIT,
+    gpu_power_limit_w: float = opt.POWER_LIMIT, host_memory_gb: float = opt.HOST_MEMORY,
+    host_link_gb_per_s: float = opt.HOST_LINK, nvme_read_gb_per_s: float = opt.NVME_READ,
+    nvme_write_gb_per_s: float = opt.NVME_WRITE, nvme_tb: float = opt.NVME_TB,
     tp: int = typer.Option(1, help=_help("tp")), pp: int = typer.Option(1, help=_help("pp")),
     vpp: int = typer.Option(None, help=_help("vpp")), dp: int = typer.Option(None, help=_help("dp")),
     cp: int = typer.Option(1, help=_help("cp")), ep: int = typer.Option(1, help=_help("ep")),
@@ -73,6 +76,8 @@ def _plan_flags(
     recompute_num_layers: int = typer.Option(None, help=_help("recompute_num_layers")),
     offload_activations: bool = typer.Option(False, help=_help("offload_activations")),
     offload_optimizer: bool = typer.Option(False, help=_help("offload_optimizer")),
+    offload_params: bool = typer.Option(False, help=_help("offload_params")),
+    offload_target: str = typer.Option("cpu", help=_help("offload_target")),
     precision: str = typer.Option("bf16", help=_help("precision")),
     optimizer: str = typer.Option("adamw", help=_help("optimizer")),
     schedule: str = typer.Option(None, help=_help("schedule")),
@@ -84,7 +89,12 @@ def _plan_flags(
     method: str = typer.Option("full", help=_help("method")),
     lora_rank: int = typer.Option(None, help=_help("lora_rank")),
     lora_targets: str = typer.Option(None, help=_help("lora_targets") + " Comma-separated."),
+    doc_lengths: str = typer.Option(None, help=_help("doc_lengths")),
+    balance: str = typer.Option(None, help=_help("balance")),
+    expert_skew: str = typer.Option(None, help=_help("expert_skew")),
+    moe_balance: str = typer.Option(None, help=_help("moe_balance")),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (SI units: bytes, seconds)."),
+    html: Path = html_option.HTML,
 ) -> None:
     """The flags every `train` command takes (a signature template, never called)."""
 
@@ -96,9 +106,10 @@ HARDWARE = ("gpu", "num_gpus", "gpus_per_node", "scale_up_domain", "inter_node_g
 def parse_inputs(flags: dict):
     """(model spec, cluster, TrainingPlan) from the shared flags."""
     spec = load_model(flags.pop("model"))
-    cluster = opt.build_cluster(*(flags.pop(name) for name in HARDWARE))
-    flags.pop("json_out", None)
-    flags.pop("trace", None)
+    cluster = opt.build_cluster(*(flags.pop(name) for name in HARDWARE),
+                                **{name: flags.pop(name) for name in opt.HOST_OPTIONS})
+    for name in ("json_out", "trace", "html"):
+        flags.pop(name, None)
     return spec, cluster, build_plan(**flags)
 
 
@@ -124,13 +135,22 @@ def with_plan_flags(extra: dict | None = None):
 @with_plan_flags()
 def memory(**flags) -> None:
     """Peak memory per GPU of a training plan, per pipeline stage, and whether it fits."""
-    json_out = flags["json_out"]
+    json_out, html, given = flags["json_out"], flags["html"], html_option.inputs(flags)
+    html_option.check(html)
     spec, cluster, plan = parse_inputs(flags)
     estimate = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
+    title = f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
     if json_out:
         print_json(memory_dict(estimate))
     else:
-        render_memory(estimate, f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}")
+        render_memory(estimate, title)
+
+    def page():
+        from meshplan.report.pages_training import memory_page
+
+        return memory_page(estimate, f"{title}: memory per GPU", "meshplan train memory", given)
+
+    html_option.write(html, page)
     finish(estimate.fits)
 
 
@@ -174,9 +194,24 @@ def verdict(estimate: MemoryEstimate) -> str:
     peak, cap = estimate.peak_stage, estimate.gpu_memory_bytes
     margin = (cap - peak.total_bytes) / GIB
     where = f"stage {peak.stage}: {peak.total_bytes / GIB:.1f} of {cap / GIB:.1f} GiB"
+    tiers = _offload_tiers(estimate)
     if estimate.fits:
-        return f"[bold green]FITS[/] ({where}, {margin:.1f} GiB free)"
-    return f"[bold red]DOES NOT FIT[/] ({where}, {-margin:.1f} GiB over)"
+        return f"[bold green]FITS[/] ({where}, {margin:.1f} GiB free){tiers}"
+    if estimate.short_of != "GPU memory":
+        return f"[bold red]DOES NOT FIT[/] in {estimate.short_of} (GPU {where}: fits){tiers}"
+    return f"[bold red]DOES NOT FIT[/] ({where}, {-margin:.1f} GiB over){tiers}"
+
+
+def _offload_tiers(estimate: MemoryEstimate) -> str:
+    """Offloaded bytes per GPU against each tier's per-GPU share, one line per tier used."""
+    lines = ""
+    for name, used, cap in (("host memory", estimate.host_peak_bytes, estimate.host_memory_bytes),
+                            ("NVMe", estimate.nvme_peak_bytes, estimate.nvme_capacity_bytes)):
+        if used > 0:
+            over = " [bold red]over[/]" if used > cap else ""
+            lines += (f"\n  offloaded to {name}: {used / GIB:.1f} of {cap / GIB:.1f} GiB "
+                      f"per GPU{over}")
+    return lines
 
 
 def register(app: typer.Typer) -> None:
@@ -194,22 +229,33 @@ def register(app: typer.Typer) -> None:
 def estimate(**flags) -> None:
     """Step time, tokens/s per GPU, MFU and where the time goes, for one training plan."""
     json_out, trace, timeline = flags["json_out"], flags["trace"], flags.pop("timeline")
+    html, given = flags["html"], html_option.inputs({**flags, "timeline": timeline})
+    html_option.check(html)
     spec, cluster, plan = parse_inputs(flags)
+    title = f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
     est = best_plan(plan, spec, cluster)
-    if trace is not None or timeline:
+    if trace is not None or timeline or html is not None:
         est = replace(estimate_step(spec, cluster, est.plan, with_events=True), plan=est.plan)
+
+    def page():
+        from meshplan.report.pages_training import estimate_page
+
+        return estimate_page(est, f"{title}: one training step", "meshplan train estimate", given)
+
     if trace is not None:
         write_trace(trace, chrome_trace(est.pipeline.events, extra=trace_extras(est),
                                         metadata={"model": spec.name, "gpu": cluster.gpu.name}))
     if json_out:
         print_json(estimate_dict(est))
+        html_option.write(html, page)
         finish(est.memory.fits)
         return
-    render_estimate(est, f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}")
+    render_estimate(est, title)
     if timeline:
         console.print(text_timeline(est.pipeline.events), highlight=False, soft_wrap=True)
     if trace is not None:
         console.print(f"trace written to {trace} (open in ui.perfetto.dev or chrome://tracing)")
+    html_option.write(html, page)
     finish(est.memory.fits)
 
 
@@ -226,6 +272,25 @@ def render_estimate(est, title: str) -> None:
             share = seconds / est.step_time_s
             table.add_row(f"  {name.replace('_', ' ')}", f"{seconds:.3f} s  {share:5.1%}")
     console.print(table)
+    for line in imbalance_lines(est.imbalance):
+        console.print(line, highlight=False, soft_wrap=True)
     console.print(verdict(est.memory))
     for field, why in est.plan.chosen.items():
         console.print(f"  chose {field} = {why}", highlight=False, soft_wrap=True)
+
+
+def imbalance_lines(report: dict) -> list[str]:
+    """One line per kind of imbalance the estimate carries (none by default)."""
+    out = []
+    if "attention" in report:
+        a = report["attention"]
+        out.append(f"attention imbalance ({a['balance']}): busiest rank {a['imbalance']:.2f} x "
+                   f"mean (DP {a['dp_imbalance']:.2f}, CP {a['cp_imbalance']:.2f}); document "
+                   f"mask keeps {a['masked_share']:.0%} of causal work; attention time x "
+                   f"{a['attention_load']:.2f}")
+    if "moe" in report:
+        m = report["moe"]
+        out.append(f"MoE routing ({m['moe_balance']}): busiest expert {m['busiest_expert_load']:.2f} "
+                   f"x mean, busiest EP rank {m['busiest_ep_rank_load']:.2f} x mean "
+                   f"({m['unbalanced_busiest_ep_rank_load']:.2f} unbalanced)")
+    return out

@@ -8,11 +8,13 @@ import typer
 from rich import box
 from rich.table import Table
 
+from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.cli.train import build_plan
+from meshplan.training import TrainingPlan
 from meshplan.training.capabilities import schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.economics import economics
@@ -21,7 +23,12 @@ from meshplan.training.search import OBJECTIVE_UNITS, SearchResult, search, why_
 GIB = 2**30
 ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
 """dp_sharding as the ZeRO stage it corresponds to (the table's `zero` column)."""
-PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding", "schedule")
+PINNABLE = ("tp", "pp", "vpp", "cp", "ep", "micro_batch_size", "recompute", "dp_sharding", "schedule",
+            "balance", "moe_balance")
+
+
+def _field_help(field: str) -> str:
+    return TrainingPlan.model_fields[field].description or ""
 
 
 def parse_counts(text: str, flag: str = "--num-gpus") -> list[int]:
@@ -46,7 +53,9 @@ def plan_entry(est: StepEstimate, model: str, cluster, score: float, money: dict
                                           "sequence_parallel", "dp_sharding", "micro_batch_size",
                                           "global_batch_size", "seq_len", "recompute", "recompute_num_layers",
                                           "offload_optimizer", "precision",
-                                          "schedule", "framework", "tp_comm_overlap", "method")}
+                                          "schedule", "framework", "tp_comm_overlap",
+                                          "doc_lengths", "balance", "expert_skew", "moe_balance",
+                                          "method")}
     if p.method != "full":
         fields.update(lora_rank=p.lora_rank, lora_targets=list(p.lora_targets))
     sizes = [len(c) for c in p.chunk_layers]
@@ -55,7 +64,8 @@ def plan_entry(est: StepEstimate, model: str, cluster, score: float, money: dict
                                          "gpus_per_node": cluster.gpus_per_node},
             "plan": fields, **fields, "tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
             "step_time_s": est.step_time_s, "mfu": est.mfu, "peak_bytes": est.memory.peak_bytes,
-            "gpu_memory_bytes": est.memory.gpu_memory_bytes, **(money or {}), "score": score}
+            "gpu_memory_bytes": est.memory.gpu_memory_bytes, "imbalance": est.imbalance,
+            **(money or {}), "score": score}
 
 
 def plan_command(
@@ -63,6 +73,9 @@ def plan_command(
     gpu: str = opt.GPU,
     num_gpus: str = typer.Option(..., "--num-gpus", help="GPU count, a list (64,128) or a range (64-512)."),
     gpus_per_node: int = opt.GPUS_PER_NODE,
+    host_memory_gb: float = opt.HOST_MEMORY, host_link_gb_per_s: float = opt.HOST_LINK,
+    nvme_read_gb_per_s: float = opt.NVME_READ, nvme_write_gb_per_s: float = opt.NVME_WRITE,
+    nvme_tb: float = opt.NVME_TB,
     seq_len: int = typer.Option(4096, help="Tokens per sequence."),
     global_batch_size: int = typer.Option(None, help="Sequences per step."),
     global_batch_tokens: int = typer.Option(None, help="Tokens per step (alternative to the above)."),
@@ -82,6 +95,10 @@ def plan_command(
     lora_rank: int = typer.Option(None, help="LoRA rank r (PEFT's default 8)."),
     lora_targets: str = typer.Option(None, help="Adapted linear layers, comma-separated (q,k,v,o,"
                                      "gate,up,down); default q,v."),
+    doc_lengths: str = typer.Option(None, help=_field_help("doc_lengths") + " Adds the balance axis."),
+    balance: str = typer.Option(None, help="Pin document balancing (none, sort, per-doc-cp, reassign)."),
+    expert_skew: str = typer.Option(None, help=_field_help("expert_skew") + " Adds the moe_balance axis."),
+    moe_balance: str = typer.Option(None, help="Pin MoE balancing (none, aux-free, eplb)."),
     objective: str = typer.Option("throughput", help="throughput, cost or time-to-train."),
     price_per_gpu_hour: float = typer.Option(None, help="USD per GPU-hour: adds $/step, $/Mtok (and "
                                              "the run's cost with --train-tokens); needed by --objective cost."),
@@ -89,9 +106,12 @@ def plan_command(
                                        "train; needed by --objective time-to-train."),
     top: int = typer.Option(5, help="Plans to show per cluster size."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+    html: Path = html_option.HTML,
     quiet: bool = QUIET,
 ) -> None:
     """Search tp, pp, vpp, cp, ep, micro-batch, recompute and sharding; rank the plans that fit."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
     if objective not in OBJECTIVE_UNITS:
         raise ConfigError(f"--objective {objective!r}: use throughput, cost or time-to-train")
     _check_money(objective, price_per_gpu_hour, train_tokens)
@@ -105,11 +125,13 @@ def plan_command(
         raise ConfigError(f"--schedule {schedule!r}: {framework} runs "
                           f"{', '.join(schedules_for(framework)) or 'no pipeline schedule'}")
     base = build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
-                      framework=framework, precision=precision, method=method,
-                      lora_rank=lora_rank, lora_targets=lora_targets)
-    entries, searches = [], []
+                      framework=framework, precision=precision, doc_lengths=doc_lengths,
+                      expert_skew=expert_skew, balance=balance, moe_balance=moe_balance,
+                      method=method, lora_rank=lora_rank, lora_targets=lora_targets)
+    entries, searches, results = [], [], {}
+    host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}
     for n in parse_counts(num_gpus):
-        cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None)
+        cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None, **host)
         check_pins(pinned, n)
         with progress(f"searching {n} GPUs", show_progress(quiet, json_out)) as update:
             result = search(spec, cluster, base, pinned, objective=objective, top=top,
@@ -120,12 +142,20 @@ def plan_command(
         entries += [plan_entry(e, model, cluster, s, m)
                     for e, s, m in zip(result.ranked, result.scores, money)]
         searches.append(_search_dict(result, n))
+        results[n] = result
         if not json_out:
             render(result, f"{spec.name} on {n} x {cluster.gpu.name}", cluster, money)
     if json_out:
         entries.sort(key=lambda e: e["score"])
         print_json({"plans": entries, "score_unit": OBJECTIVE_UNITS[objective],
                     "search": searches[0] if len(searches) == 1 else searches})
+
+    def page():
+        from meshplan.report.pages_training import plan_page
+
+        return plan_page(results, f"{spec.name} on {num_gpus} x {gpu}: plan search", "meshplan train plan", given)
+
+    html_option.write(html, page)
     finish(bool(entries))  # exit 1 when no requested cluster size has a plan that fits
 
 
@@ -162,18 +192,26 @@ def _search_dict(result: SearchResult, gpus: int) -> dict:
 
 
 def _blocked(memory) -> str:
-    """What kept one too-big plan out: its layout and by how much it misses the GPU memory."""
+    """What kept one too-big plan out: its layout and by how much it misses the tier it
+    overflows (GPU memory, or the host's share of DRAM or NVMe for offloaded bytes)."""
     p = memory.plan
-    over = (memory.peak_bytes - memory.gpu_memory_bytes) / GIB
+    used, cap, where = memory.peak_bytes, memory.gpu_memory_bytes, f"stage {memory.peak_stage.stage}"
+    if memory.short_of == "host memory":
+        used, cap, where = memory.host_peak_bytes, memory.host_memory_bytes, "host memory per GPU"
+    elif memory.short_of == "NVMe":
+        used, cap, where = memory.nvme_peak_bytes, memory.nvme_capacity_bytes, "NVMe per GPU"
     return (f"tp{p.tp} pp{p.pp} vpp{p.vpp} cp{p.cp} ep{p.ep} mbs{p.micro_batch_size} "
             f"recompute {p.recompute} zero {_zero(p)}: needs "
-            f"{memory.peak_bytes / GIB:.1f} of {memory.gpu_memory_bytes / GIB:.1f} GiB "
-            f"({over:.1f} GiB over, stage {memory.peak_stage.stage})")
+            f"{used / GIB:.1f} of {cap / GIB:.1f} GiB ({(used - cap) / GIB:.1f} GiB over, {where})")
 
 
 def _zero(plan) -> str:
-    """The ZeRO stage, `+off` when optimizer states live in CPU memory (ZeRO-Offload)."""
-    return ZERO[plan.dp_sharding] + ("+off" if plan.offload_optimizer else "")
+    """The ZeRO stage, `+off` when optimizer states live off the GPU (ZeRO-Offload), `+par` when
+    parameters do (ZeRO-Infinity), `+act` for offloaded activations, `/nvme` for the NVMe tier."""
+    tiers = [tag for tag, on in (("+off", plan.offload_optimizer), ("+par", plan.offload_params),
+                                 ("+act", plan.offload_activations)) if on]
+    nvme = "/nvme" if plan.offload_target == "nvme" else ""
+    return ZERO[plan.dp_sharding] + "".join(tiers) + nvme
 
 
 def _recompute(plan) -> str:
@@ -181,6 +219,27 @@ def _recompute(plan) -> str:
     if plan.recompute == "full" and plan.recompute_num_layers is not None:
         return f"full/{plan.recompute_num_layers}"
     return plan.recompute
+
+
+BALANCE_COLUMNS = (("balance", "attention", "balance", "{}"),
+                   ("attn busiest/mean", "attention", "imbalance", "{:.2f}"),
+                   ("attn time x", "attention", "attention_load", "{:.2f}"),
+                   ("moe balance", "moe", "moe_balance", "{}"),
+                   ("EP busiest/mean", "moe", "busiest_ep_rank_load", "{:.2f}"))
+"""Imbalance columns, shown for the kinds (document attention, MoE routing) the search priced."""
+
+
+def _render_balance(ranked) -> None:
+    """Each ranked plan's balancing strategies and the busiest rank's load over the mean."""
+    shown = [c for c in BALANCE_COLUMNS if c[1] in ranked[0].imbalance]
+    if not shown:
+        return
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    for col in ("#", *(c[0] for c in shown)):
+        table.add_column(col, justify="right", no_wrap=True)
+    for i, e in enumerate(ranked, 1):
+        table.add_row(str(i), *(fmt.format(e.imbalance[kind][key]) for _, kind, key, fmt in shown))
+    console.print(table)
 
 
 MONEY_COLUMNS = (("USD/step", "usd_per_step", "{:,.2f}"), ("USD/Mtok", "usd_per_million_tokens", "{:,.3f}"),
@@ -205,6 +264,7 @@ def render(result: SearchResult, title: str, cluster, money: list[dict] | None =
     if result.ranked:
         console.print(table)
         _render_money(money or [])
+        _render_balance(result.ranked)
     console.print(why_winner(result), highlight=False, soft_wrap=True)
     if not result.ranked:
         for memory in result.closest:
@@ -250,11 +310,15 @@ def sweep_command(
                                 "extra; --address for a running cluster, else a local Ray)."),
     address: str = typer.Option(None, "--address", help="Ray cluster address, e.g. ray://head:10001 or auto."),
     chunk: int = typer.Option(None, "--chunk", help="Cells per task (default: up to 200, four tasks per worker)."),
+    html: Path = html_option.HTML,
     quiet: bool = QUIET,
 ) -> None:
     """The best plan of every grid cell, searched in parallel, as a CSV table (rows are written
     as tasks finish; the file ends sorted in grid order)."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
     from meshplan.training.sweep import run_sweep
+
 
     if backend not in ("local", "ray"):
         raise ConfigError(f"--backend {backend!r}: use local or ray")
@@ -269,4 +333,11 @@ def sweep_command(
                          backend=backend, address=address, chunk=chunk)
     ok = sum(r["status"] == "ok" for r in rows)
     console.print(f"{len(rows)} cells ({ok} with a fitting plan) written to {out}", highlight=False)
+
+    def page():
+        from meshplan.report.pages_training import sweep_page
+
+        return sweep_page(rows, "Training sweep: best plan per cell", "meshplan train sweep", given)
+
+    html_option.write(html, page)
     finish(ok > 0)

@@ -9,9 +9,10 @@ import typer
 from rich import box
 from rich.table import Table
 
+from meshplan.cli import html_option
 from meshplan.cli.common import QUIET, console, err_console, print_json, progress, show_progress, user_errors, with_site
 from meshplan.validate.records import read_records
-from meshplan.validate.run import Skip, predict, report
+from meshplan.validate.run import Skip, predict, report, stats_line
 
 UNITS = {"tokens_per_s_per_gpu": ("tok/s/GPU", 1.0), "step_time_s": ("s", 1.0),
          "peak_memory_gib": ("GiB", 1.0)}
@@ -25,9 +26,12 @@ def validate(
                                 "schema (exit 2) instead of skipping it with the reason."),
     workers: int = typer.Option(None, "--workers", help="Processes predicting records in parallel "
                                 "(default: the CPU count; 1 = in this process)."),
+    html: Path = html_option.HTML,
 ) -> None:
     """Predict every record's measured quantities and print the errors and a summary. A record
     that cannot be parsed is skipped with its reason (unless --strict)."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
     records, bad = [], []
     for path in files:
         good, skipped = read_records(path, strict=strict)
@@ -39,8 +43,16 @@ def validate(
     for skip in bad:
         err_console.print(f"[yellow]skipped[/] {skip.id}: {skip.reason}", highlight=False, soft_wrap=True)
     data = report(rows, skips)
+
+    def page():
+        from meshplan.report.pages_validate import record_groups, validate_page
+
+        return validate_page(rows, data["summary"], len(skips), record_groups(records),
+                             "meshplan validate: measured vs predicted", "meshplan validate", given)
+
     if json_out:
         print_json(data)
+        html_option.write(html, page)
         return
     table = Table(title="measured vs predicted", box=box.SIMPLE_HEAD)
     for col in ("record", "metric", "measured", "predicted", "error"):
@@ -51,19 +63,14 @@ def validate(
                       style="red" if abs(r.rel_error) > 0.2 else None)
     console.print(table)
     render_summary(data["summary"], len(skips), len(records) + len(bad))
+    html_option.write(html, page)
 
 
 def render_summary(summary: dict, skipped: int, total: int) -> None:
     """Median and p90 absolute error, overall and per metric, and the coverage."""
-    def fmt(s: dict) -> str:
-        if not s["n"]:
-            return "no rows"
-        return (f"n={s['n']}  median |err| {s['median_abs_rel_error']:.1%}  "
-                f"p90 |err| {s['p90_abs_rel_error']:.1%}")
-
-    console.print(f"[bold]all[/]: {fmt(summary)}", highlight=False)
+    console.print(f"[bold]all[/]: {stats_line(summary)}", highlight=False)
     for metric, s in summary["by_metric"].items():
-        console.print(f"  {metric}: {fmt(s)}", highlight=False)
+        console.print(f"  {metric}: {stats_line(s)}", highlight=False)
     console.print(f"skipped {skipped} of {total} records", highlight=False)
 
 

@@ -60,7 +60,16 @@ def group_placement(
     `sizes` maps every dimension of `order` (names joined by "-", innermost first) to its
     degree; their product must equal cluster.num_gpus. ConfigError names every factor if not.
     """
-    names = parse_order(sizes, order, cluster.num_gpus)
+    return _placement(tuple(sizes.items()), order, tuple(members), cluster.num_gpus,
+                      cluster.gpus_per_node, cluster.scale_up_domain)
+
+
+@functools.lru_cache(maxsize=8192)
+def _placement(items: tuple, order: str, members: tuple[str, ...], world: int, gpn: int,
+               domain: int) -> GroupPlacement:
+    """`group_placement` on hashable arguments: a search places the same groups many times."""
+    sizes = dict(items)
+    names = parse_order(sizes, order, world)
     unknown = [m for m in members if m not in sizes]
     if unknown:
         raise ConfigError(
@@ -69,7 +78,7 @@ def group_placement(
         )
     dims = tuple(int(sizes[n]) for n in names)
     member = tuple(n in members for n in names)
-    return _place(dims, member, cluster.num_gpus, cluster.gpus_per_node, cluster.scale_up_domain)
+    return _place(dims, member, world, gpn, domain)
 
 
 def parse_order(sizes: Mapping[str, int], order: str, num_gpus: int) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ and `DeepSpeedZeroConfig` in deepspeed/runtime/zero/config.py:
   (train_batch_size = micro x accumulation x data-parallel GPUs)
 - precision: fp16.enabled, fp16.loss_scale (0 = dynamic), bf16.enabled
 - zero_optimization: stage (0-3), offload_optimizer.device / pin_memory (stage 2 and 3),
+  offload_param.device (stage 3), device cpu or nvme with nvme_path (ZeRO-Infinity),
   overlap_comm, contiguous_gradients, mics_shard_size (ZeRO-3 sharded within groups of this
   size and replicated across them; the model must be built under deepspeed.zero.MiCS_Init)
 - activation_checkpointing: partition_activations, cpu_checkpointing,
@@ -29,6 +30,8 @@ from meshplan.training.resolve import ResolvedPlan
 
 TARGET_VERSION = "DeepSpeed 0.16+ (config-json docs @ 01f31a835dec509a48859161344f19d85ae6c31a)"
 
+NVME_PATH = "/local_nvme"
+"""Placeholder mount point of the node's NVMe drives (DeepSpeed's docs use this path); edit it."""
 ZERO_STAGE = {"none": 0, "optimizer": 1, "gradients": 2, "full": 3}
 
 
@@ -37,8 +40,13 @@ def _zero(plan: ResolvedPlan) -> dict:
     zero: dict = {"stage": stage}
     if stage > 0:
         zero |= {"overlap_comm": True, "contiguous_gradients": True}
+    device = {"device": plan.offload_target, "pin_memory": True}
+    if plan.offload_target == "nvme":
+        device["nvme_path"] = NVME_PATH
     if plan.offload_optimizer:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        zero["offload_optimizer"] = dict(device)
+    if plan.offload_params:
+        zero["offload_param"] = dict(device)
     if plan.shard_group != plan.dp:
         zero["mics_shard_size"] = plan.shard_group
     return zero

@@ -8,6 +8,7 @@ from typing import Any
 from meshplan.errors import ConfigError
 from meshplan.hardware.catalog import get_gpu
 from meshplan.hardware.gpu import GPUSpec
+from meshplan.hardware.host import host_for
 
 BITS_PER_BYTE = 8
 
@@ -34,12 +35,28 @@ class Cluster:
     """Scale-up bandwidth per GPU, one direction, bytes/s; default the GPU row's value."""
     power_limit_w: float | None = None
     """GPU power cap below the data-sheet TDP, watts; None runs at TDP."""
+    host_memory_bytes_per_node: float | None = None
+    """Host DRAM per node, bytes (holds offloaded states and activations); default the GPU's
+    reference host (hosts.yaml), scaled to gpus_per_node."""
+    host_link_bandwidth_bytes_per_s_per_gpu: float | None = None
+    """Host<->GPU link per GPU, one direction, bytes/s (PCIe x16, NVLink-C2C); default the host's."""
+    nvme_read_bandwidth_bytes_per_s_per_node: float | None = None
+    """Sequential read bandwidth of a node's NVMe data drives together, bytes/s."""
+    nvme_write_bandwidth_bytes_per_s_per_node: float | None = None
+    """Sequential write bandwidth of a node's NVMe data drives together, bytes/s."""
+    nvme_bytes_per_node: float | None = None
+    """Capacity of a node's NVMe data drives, bytes."""
 
     def __post_init__(self) -> None:
         _fill_defaults(self)
         _check_counts(self)
         _check_domain(self)
         _check_rates(self)
+
+    @property
+    def gpus_on_node(self) -> int:
+        """GPUs of the job on one node, sharing its host memory, NVMe and CPUs."""
+        return min(self.gpus_per_node, self.num_gpus)  # type: ignore[type-var]
 
     @property
     def num_nodes(self) -> int:
@@ -58,6 +75,7 @@ class Cluster:
             "scale_up_bandwidth_bytes_per_s_per_direction": self.scale_up_bandwidth_bytes_per_s_per_direction,
             "inter_node_bandwidth_bytes_per_s_per_gpu": self.inter_node_bandwidth_bytes_per_s_per_gpu,
             "power_limit_w": self.power_limit_w,
+            **{name: getattr(self, name) for name in HOST_FIELDS},
             "total_hbm_bytes": gpu.hbm_bytes * self.num_gpus,
             "total_peak_flops_per_s": {d: v * self.num_gpus for d, v in gpu.peak_flops_per_s.items()},
         }
@@ -71,12 +89,27 @@ class Cluster:
         scale_up_domain: int | None = None,
         inter_node_gbps_per_gpu: float | None = None,
         gpu_power_limit_w: float | None = None,
+        host_memory_gb: float | None = None,
+        host_link_gb_per_s: float | None = None,
+        nvme_read_gb_per_s: float | None = None,
+        nvme_write_gb_per_s: float | None = None,
+        nvme_tb: float | None = None,
     ) -> Cluster:
-        """A Cluster from the run-record `hardware:` keys (catalog name, gigabits/s per GPU)."""
+        """A Cluster from the run-record `hardware:` keys (catalog name, gigabits/s per GPU) and
+        host overrides in decimal GB, GB/s and TB (per node; the host link per GPU)."""
         network = None
         if inter_node_gbps_per_gpu is not None:
             network = inter_node_gbps_per_gpu * 1e9 / BITS_PER_BYTE
+
+        def si(value: float | None, scale: float) -> float | None:
+            return None if value is None else value * scale
+
         return cls(
+            host_memory_bytes_per_node=si(host_memory_gb, 1e9),
+            host_link_bandwidth_bytes_per_s_per_gpu=si(host_link_gb_per_s, 1e9),
+            nvme_read_bandwidth_bytes_per_s_per_node=si(nvme_read_gb_per_s, 1e9),
+            nvme_write_bandwidth_bytes_per_s_per_node=si(nvme_write_gb_per_s, 1e9),
+            nvme_bytes_per_node=si(nvme_tb, 1e12),
             gpu=get_gpu(gpu),
             num_gpus=num_gpus,
             gpus_per_node=gpus_per_node,
@@ -101,8 +134,24 @@ def _fill_defaults(c: Cluster) -> None:
             gpu.scale_up_bandwidth_bytes_per_s_per_direction,
         ),
     }
+    host = host_for(gpu.name)
+    per_node = gpn / host.gpus_per_host  # a node holds this many reference hosts (or a share)
+    host_defaults = {
+        "host_memory_bytes_per_node": host.memory_bytes * per_node,
+        "host_link_bandwidth_bytes_per_s_per_gpu": host.link_bytes_per_s,
+        "nvme_read_bandwidth_bytes_per_s_per_node": host.nvme_read_bytes_per_s * per_node,
+        "nvme_write_bandwidth_bytes_per_s_per_node": host.nvme_write_bytes_per_s * per_node,
+        "nvme_bytes_per_node": host.nvme_bytes * per_node,
+    }
+    defaults.update({k: _default(getattr(c, k), v) for k, v in host_defaults.items()})
     for name, value in defaults.items():
         object.__setattr__(c, name, value)
+
+
+HOST_FIELDS = ("host_memory_bytes_per_node", "host_link_bandwidth_bytes_per_s_per_gpu",
+               "nvme_read_bandwidth_bytes_per_s_per_node", "nvme_write_bandwidth_bytes_per_s_per_node",
+               "nvme_bytes_per_node")
+"""The host side of a node: what offload tiers store and move (defaults from hosts.yaml)."""
 
 
 def _default(value: Any, default: Any) -> Any:
@@ -149,6 +198,7 @@ def _check_rates(c: Cluster) -> None:
     for name in (
         "inter_node_bandwidth_bytes_per_s_per_gpu",
         "scale_up_bandwidth_bytes_per_s_per_direction",
+        *HOST_FIELDS,
     ):
         value = getattr(c, name)
         if value is None or value <= 0:

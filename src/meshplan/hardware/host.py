@@ -1,5 +1,6 @@
-"""The CPU side of a GPU server (hosts.yaml): DRAM bandwidth, cores and the host link, shared by
-the GPUs of one host. Used to price CPU optimizer offload and host<->GPU copies."""
+"""The CPU side of a GPU server (hosts.yaml): DRAM bandwidth and capacity, cores, the host link
+and the NVMe drives, shared by the GPUs of one host. Used to price the offload tiers (CPU
+optimizer, ZeRO-Infinity's NVMe, activations) and host<->GPU copies."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ class HostRow(_Row):
     cpu_cores: PositiveInt
     gpus_per_host: PositiveInt
     host_link_bandwidth_bytes_per_s_per_direction: PositiveFloat
+    host_memory_bytes: PositiveFloat
+    nvme_read_bandwidth_bytes_per_s: PositiveFloat
+    nvme_write_bandwidth_bytes_per_s: PositiveFloat
+    nvme_bytes: PositiveFloat
     source: SourceRow
     notes: str = ""
 
@@ -40,6 +45,14 @@ class HostSpec:
     """GPUs sharing the host's memory bandwidth and cores."""
     link_bytes_per_s: float
     """Host<->GPU link per GPU, one direction, bytes/s (PCIe x16 or NVLink-C2C)."""
+    memory_bytes: float
+    """DRAM capacity of the whole host, bytes."""
+    nvme_read_bytes_per_s: float
+    """Sequential read bandwidth of the host's data drives together, bytes/s."""
+    nvme_write_bytes_per_s: float
+    """Sequential write bandwidth of the host's data drives together, bytes/s."""
+    nvme_bytes: float
+    """Capacity of the host's data drives, bytes."""
 
     def share(self, gpus_in_job_per_host: int) -> tuple[float, float]:
         """(DRAM bytes/s, cores) one GPU's optimizer shard gets when `gpus_in_job_per_host` GPUs
@@ -56,7 +69,11 @@ def _hosts() -> dict[str, HostSpec]:
         row = _validate(HostRow, raw, "hosts.yaml", i)
         spec = HostSpec(name=row.name, memory_bandwidth_bytes_per_s=row.host_memory_bandwidth_bytes_per_s,
                         cpu_cores=row.cpu_cores, gpus_per_host=row.gpus_per_host,
-                        link_bytes_per_s=row.host_link_bandwidth_bytes_per_s_per_direction)
+                        link_bytes_per_s=row.host_link_bandwidth_bytes_per_s_per_direction,
+                        memory_bytes=row.host_memory_bytes,
+                        nvme_read_bytes_per_s=row.nvme_read_bandwidth_bytes_per_s,
+                        nvme_write_bytes_per_s=row.nvme_write_bandwidth_bytes_per_s,
+                        nvme_bytes=row.nvme_bytes)
         for gpu in row.gpus:
             get_gpu(gpu)  # an unknown name is a data error, reported by the GPU catalog
             if gpu in out:

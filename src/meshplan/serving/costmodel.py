@@ -29,7 +29,9 @@ from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.serving.constants import EngineConstants
 from meshplan.serving.graphs import GraphPolicy
-from meshplan.serving.memory import KVLayout, stage_layers, weight_bits
+from meshplan.serving.kvquant import dequant_s_per_byte
+from meshplan.serving.lora import layer_widths, lora_time
+from meshplan.serving.memory import KVLayout, kv_dtype, stage_layers, weight_bits
 from meshplan.serving.plan import ServingPlan
 
 ROOFLINE_ORDER = 2.0
@@ -72,6 +74,8 @@ class IterationCost:
         self._head_memo: dict[int, float] = {}
         self._groups()
         self._attention_rates()
+        self.lora_widths = layer_widths(list(self.layers.elements()), model, plan.tp) if plan.lora_adapters else None
+        """Adapted widths of the stage on one rank (multi-LoRA serving; None without adapters)."""
 
     def _groups(self) -> None:
         p = self.plan
@@ -88,6 +92,9 @@ class IterationCost:
         self.win_flops_per_pair = sum(_pair_flops(l, self.plan.tp) for l in windowed)
         self.window = max((_window(l) for l in windowed), default=0)
         self.attn_unit = attention_time(1e12, gpu=gpu, dtype="bf16", c=self.c, vendor_kernel=True) / 1e12
+        self.dequant_s_per_byte = dequant_s_per_byte(kv_dtype(self.plan), gpu)
+        """Dequantisation per KV byte read (4-/2-bit KV; 0 otherwise), added to the attention
+        arithmetic that bounds a decode step's attention from below."""
 
     def __call__(self, tokens: int, seqs: int, decode_seqs: int, decode_ctx: float,
                  prefill_tokens: int, prefill_pairs: float, logits_rows: int) -> float:
@@ -123,7 +130,10 @@ class IterationCost:
         stage = _per_value(self.linear, t) + _per_value(self.head, rows)
         read = ctx * self.kv.bytes_per_token + dec * self.kv.windowed_bytes_per_request
         flops = ctx * self.full_flops_per_pair + np.minimum(ctx, dec * self.window) * self.win_flops_per_pair
-        stage += np.where(dec > 0, np.maximum(read * self.kv_read_s_per_byte, flops * self.attn_unit), 0.0)
+        compute = flops * self.attn_unit
+        if self.dequant_s_per_byte:
+            compute = compute + read * self.dequant_s_per_byte
+        stage += np.where(dec > 0, np.maximum(read * self.kv_read_s_per_byte, compute), 0.0)
         pflops = pairs * self.full_flops_per_pair + np.minimum(pairs, pre * self.window) * self.win_flops_per_pair
         stage += np.where(pre > 0, pflops * self.attn_unit, 0.0)
         stage += self.num_layers * self.k.layer_s  # in __call__'s order: equal to the last bit
@@ -221,6 +231,18 @@ class IterationCost:
         size = t * mlp.top_k * self.model.hidden_size * 2.0 * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
         return 2 * (collective_time("all_to_all", size, self.ep_group, self.cluster) + self.k.collective_s)
 
+    def lora(self, tokens: int, adapters: int) -> float:
+        """Batched LoRA kernels of an iteration of `tokens` rows using `adapters` distinct
+        adapters (meshplan.serving.lora.lora_time), per pipeline stage like `__call__`."""
+        if self.lora_widths is None:
+            return 0.0
+        pp, gpu = self.plan.pp, self.cluster.gpu
+        stage = lora_time(math.ceil(tokens / pp), adapters, self.plan.lora_rank, self.lora_widths,
+                          hbm_s_per_byte=1.0 / (gpu.hbm_bandwidth_bytes_per_s * self.c.hbm_efficiency),
+                          flop_s=1.0 / (gpu.peak_flops("bf16") * self.c.gemm_efficiency),
+                          launch_s=self.c.launch_s)
+        return pp * self.device * stage
+
     def draft(self, rows: int) -> float:
         """One draft-token proposal for `rows` requests: an EAGLE head is about one decoder layer
         (the first's shape) plus the LM head; an MTP module is one decoder layer like the last
@@ -251,7 +273,10 @@ class IterationCost:
             return 0.0
         read = ctx * self.kv.bytes_per_token + seqs * self.kv.windowed_bytes_per_request
         flops = ctx * self.full_flops_per_pair + min(ctx, seqs * self.window) * self.win_flops_per_pair
-        return max(read * self.kv_read_s_per_byte, flops * self.attn_unit)
+        compute = flops * self.attn_unit
+        if self.dequant_s_per_byte:  # 4-/2-bit KV: the fused kernel also dequantises what it reads
+            compute += read * self.dequant_s_per_byte
+        return max(read * self.kv_read_s_per_byte, compute)
 
     def prefill_attention(self, tokens: float, pairs: float) -> float:
         """Causal attention of prefill chunks: `pairs` (query, key) pairs; windowed layers see

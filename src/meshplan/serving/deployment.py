@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
+from meshplan.hardware.host import host_for
 from meshplan.model.spec import ModelSpec
 from meshplan.site import active_site
 from meshplan.serving.constants import EngineConstants, constants_key, engine_constants
@@ -15,6 +16,8 @@ from meshplan.serving.defaults import EngineDefaults, engine_defaults
 from meshplan.serving.graphs import graph_policy
 from meshplan.serving.iterations import IterationLog
 from meshplan.serving.kvcache import BlockPool
+from meshplan.serving.kvtier import CpuTier, capacity_units
+from meshplan.serving.lora import AdapterSlots, adapter_bytes, check_lora, load_seconds, lora_slots
 from meshplan.serving.memory import ServingMemory, kv_layout, serving_memory, stage_layers, weight_bytes_per_gpu
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.replica import Replica
@@ -95,7 +98,8 @@ def _pool(role: str, replicas: int, model: ModelSpec, cluster: Cluster, plan: Se
 
 
 def resolve_pools(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload) -> list[Pool]:
-    """The pools of a deployment (one colocated pool, or prefill + decode), checked to fit."""
+    """The pools of a deployment (one colocated pool, prefill + decode, or one phase pool of a
+    disaggregated deployment), checked to fit."""
     offline = workload.concurrency is None and all(r.arrival_s == 0 for r in workload.requests)
     if plan.mtp_drafts and not model.mtp_layers:
         raise ConfigError(f"speculative_method='mtp': {model.name} has no multi-token-prediction "
@@ -103,11 +107,18 @@ def resolve_pools(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workloa
     if plan.num_gpus > cluster.num_gpus:
         raise ConfigError(f"the plan needs {plan.num_gpus} GPUs but the cluster has {cluster.num_gpus}; "
                           f"raise --num-gpus or lower tp/pp/dp/replicas")
+    if plan.lora_adapters:
+        check_lora(model, plan.engine, plan.engine_version)
+        if plan.disaggregated is not None:
+            raise ConfigError("lora_adapters with disaggregated pools is not modeled; serve the adapters "
+                              "from colocated replicas")
     dis = plan.disaggregated
     if dis is None:
         return [_pool("both", plan.replicas * plan.dp, model, cluster, plan, workload, offline)]
     pools = []
     for role, gpus, tp in (("prefill", dis.prefill_gpus, dis.prefill_tp), ("decode", dis.decode_gpus, dis.decode_tp)):
+        if gpus is None:  # a phase pool: that side is not deployed
+            continue
         sub = plan.model_copy(update={"tp": tp, "disaggregated": None})
         if gpus % (tp * plan.pp):
             raise ConfigError(f"disaggregated.{role}_gpus={gpus} is not a multiple of {role}_tp x pp = {tp * plan.pp}")
@@ -143,7 +154,19 @@ def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Wor
     cost = IterationCost(model, sub, plan, mem.kv, engine, graphs, device_scale=device)
     window = -(-int(mem.kv.windowed_bytes_per_request) // int(mem.kv.bytes_per_token * mem.block_size))
     caching = pool.defaults.prefix_caching if plan.prefix_caching is None else plan.prefix_caching
-    return [Replica(first_index + i, pool.scheduler,
-                    BlockPool(mem.num_blocks, mem.block_size, workload.hash_block_tokens, caching),
-                    cost, log, role=pool.role, window_blocks=window)
-            for i in range(pool.replicas)]
+    replicas = [Replica(first_index + i, pool.scheduler,
+                        BlockPool(mem.num_blocks, mem.block_size, workload.hash_block_tokens, caching),
+                        cost, log, role=pool.role, window_blocks=window)
+                for i in range(pool.replicas)]
+    if plan.kv_offload == "cpu":
+        link = host_for(cluster.gpu.name).link_bytes_per_s
+        unit = replicas[0].pool.hash_tokens
+        units = capacity_units(plan.kv_cpu_bytes or 0.0, plan.gpus_per_replica, mem.kv.bytes_per_token, unit)
+        for replica in replicas:
+            replica.cpu = CpuTier(units, plan.kv_hit_rate, mem.kv.bytes_per_token / link)
+    if plan.lora_adapters:
+        size = adapter_bytes(list(stage_layers(model, plan.pp)), model, plan.tp, plan.lora_rank)
+        load_s = load_seconds(size, host_for(cluster.gpu.name).link_bytes_per_s)
+        for replica in replicas:
+            replica.lora = AdapterSlots(lora_slots(plan), load_s)
+    return replicas

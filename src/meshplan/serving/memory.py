@@ -16,6 +16,8 @@ from meshplan.errors import DoesNotFitError
 from meshplan.hardware import GPUSpec
 from meshplan.model import counts
 from meshplan.model.spec import LayerSpec, ModelSpec, MoEMLP
+from meshplan.serving.kvquant import QUANTIZED_KV, kv_element_bytes, residual_bytes_per_request
+from meshplan.serving.lora import adapter_bytes, lora_slots
 from meshplan.serving.plan import ServingPlan
 
 GIB = 2**30
@@ -81,19 +83,24 @@ class KVLayout:
     bytes_per_token: float
     """Bytes one context token occupies over the stage's full-attention layers."""
     windowed_bytes_per_request: float
-    """Bytes a running request holds in sliding-window / chunked layers (window-bounded)."""
+    """Bytes a running request holds whatever its length: sliding-window / chunked layers
+    (window-bounded), and a 4-/2-bit KV cache's 16-bit residual of recent tokens."""
 
 
 def kv_layout(model: ModelSpec, plan: ServingPlan) -> KVLayout:
     """How the KV cache of one GPU grows (all-windowed models are treated as full attention)."""
-    width = counts.bytes_per_element(kv_dtype(plan))
+    dtype = kv_dtype(plan)
+    width = kv_element_bytes(dtype)
     layers = stage_layers(model, plan.pp)
     full = sum(_kv_split(l, plan.tp) for l in layers if not _span(l))
     windowed = sum(_kv_split(l, plan.tp) * _span(l) for l in layers if _span(l))
     if full == 0:
         full = sum(_kv_split(l, plan.tp) for l in layers)
         windowed = 0.0
-    return KVLayout(bytes_per_token=full * width, windowed_bytes_per_request=windowed * width)
+    per_request = windowed * width
+    if dtype in QUANTIZED_KV:  # KIVI's 16-bit residual of recent tokens, over every layer
+        per_request += residual_bytes_per_request(sum(_kv_split(l, plan.tp) for l in layers), dtype)
+    return KVLayout(bytes_per_token=full * width, windowed_bytes_per_request=per_request)
 
 
 def _span(layer: LayerSpec) -> int:
@@ -148,6 +155,8 @@ def serving_memory(model: ModelSpec, gpu: GPUSpec, plan: ServingPlan, *, utiliza
     `utilization` is a share of the whole GPU (vLLM, SGLang) or, with `fraction_of=
     "free_after_weights"`, of what weights, activations and runtime leave (TensorRT-LLM)."""
     weights = weight_bytes_per_gpu(model, plan)
+    if plan.lora_adapters:  # preallocated adapter slots at max rank (counted with the weights)
+        weights += lora_slots(plan) * adapter_bytes(list(stage_layers(model, plan.pp)), model, plan.tp, plan.lora_rank)
     act = activation_peak_bytes(model, plan, max_tokens, max_seqs)
     left = gpu.hbm_bytes - weights - act - RUNTIME_RESERVED_BYTES
     if fraction_of == "total":

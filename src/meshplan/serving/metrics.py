@@ -103,6 +103,8 @@ class ServingMetrics:
     output_tokens_per_s: float
     total_tokens_per_s: float
     """(input + output tokens) / duration."""
+    input_tokens_per_s: float
+    """Prompt tokens / duration (a prefill pool's throughput)."""
     requests_per_s: float
     goodput_requests_per_s: float | None
     """Requests meeting every SLO / duration; None when no SLO was given."""
@@ -250,6 +252,7 @@ def compute_metrics(records: Sequence[RequestRecord], log: IterationLog | None =
         itl_ms=Percentiles._of_scratch(itl), e2e_ms=Percentiles.of(e2e),
         output_tokens_per_s=_ratio(total_out, duration),
         total_tokens_per_s=_ratio(total_in + total_out, duration),
+        input_tokens_per_s=_ratio(total_in, duration),
         requests_per_s=_ratio(int(done.sum()), duration),
         goodput_requests_per_s=goodput, completed=int(done.sum()), duration_s=duration,
         total_input_tokens=total_in, total_output_tokens=total_out,
@@ -275,6 +278,13 @@ def queue_length_over_time(log: IterationLog,
                            bins: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(bin centers s, waiting requests): per bin, each replica's iteration-time-weighted mean
     queue length after scheduling, summed over replicas (an idle replica counts 0)."""
+    return summed_over_time(log, "waiting", bins)
+
+
+def summed_over_time(log: IterationLog, column: str,
+                     bins: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bin centers s, values): per bin, each replica's iteration-time-weighted mean of a log
+    column (e.g. "waiting", "num_seqs"), summed over replicas (an idle replica counts 0)."""
     edges = time_bins(log, bins)
-    means = binned_means(log, log.column("waiting").astype(float), edges)
+    means = binned_means(log, log.column(column).astype(float), edges)
     return (edges[:-1] + edges[1:]) / 2, np.nan_to_num(means, nan=0.0).sum(axis=0)

@@ -14,24 +14,52 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 SpeculativeMethod = Literal["eagle", "mtp"]
 Engine = Literal["vllm", "sglang", "tensorrt-llm"]
 WeightsDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
-KVDtype = Literal["auto", "bf16", "fp16", "fp8"]
+KVDtype = Literal["auto", "bf16", "fp16", "fp8", "int4", "int2"]
 Router = Literal["round-robin", "least-outstanding", "prefix-affinity"]
 SchedulerPolicy = Literal["max-utilization", "guaranteed-no-evict"]
+KVOffload = Literal["none", "cpu"]
+
+ENGINE_KV_DTYPES = {
+    "vllm": "vLLM's --kv-cache-dtype offers fp8 (e4m3/e5m2)",
+    "sglang": "SGLang's --kv-cache-dtype offers fp8_e4m3/fp8_e5m2, and fp4_e2m1 on Blackwell",
+    "tensorrt-llm": "TensorRT-LLM quantizes the KV cache to fp8 or int8 (nvfp4 on Blackwell)",
+}
+"""What each engine's low-precision KV cache is (vLLM and SGLang docs, Quantized KV Cache pages;
+TensorRT-LLM's kv_cache_quant_algo)."""
 
 
 class Disaggregation(BaseModel):
-    """Prefill/decode disaggregation: separate pools, KV cache shipped from prefill to decode."""
+    """Prefill/decode disaggregation: separate pools, KV cache shipped from prefill to decode.
+
+    One side None is a phase pool: only the other pool is simulated (a benchmark of the prefill
+    pool alone, or of the decode pool alone with every request's prompt KV already present)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    prefill_gpus: int = Field(ge=1)
-    """GPUs in the prefill pool (a multiple of prefill_tp x pp)."""
-    decode_gpus: int = Field(ge=1)
-    """GPUs in the decode pool (a multiple of decode_tp x pp)."""
+    prefill_gpus: int | None = Field(None, ge=1)
+    """GPUs in the prefill pool (a multiple of prefill_tp x pp); None: no prefill pool, requests
+    reach the decode pool with their prompt's KV already computed."""
+    decode_gpus: int | None = Field(None, ge=1)
+    """GPUs in the decode pool (a multiple of decode_tp x pp); None: no decode pool, a request
+    ends with the first token its prefill samples."""
     prefill_tp: int = Field(1, ge=1)
     """Tensor-parallel size of each prefill instance."""
     decode_tp: int = Field(1, ge=1)
     """Tensor-parallel size of each decode instance."""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Disaggregation":
+        if self.prefill_gpus is None and self.decode_gpus is None:
+            raise ValueError("disaggregated needs prefill_gpus or decode_gpus (null means that pool "
+                             "is not part of the deployment; one of them must be)")
+        return self
+
+    @property
+    def phase(self) -> str | None:
+        """The one pool deployed ("prefill" or "decode"); None when both are."""
+        if self.decode_gpus is None:
+            return "prefill"
+        return "decode" if self.prefill_gpus is None else None
 
 
 class ServingPlan(BaseModel):
@@ -60,7 +88,9 @@ class ServingPlan(BaseModel):
     weights_dtype: WeightsDtype = "bf16"
     """Weight precision (fp8/int8/int4/fp4 quantized checkpoints)."""
     kv_cache_dtype: KVDtype = "auto"
-    """KV-cache precision; auto: the activation dtype (fp16 for fp16 weights, else bf16)."""
+    """KV-cache precision; auto: the activation dtype (fp16 for fp16 weights, else bf16).
+    int4/int2: KIVI-style group-quantized KV (meshplan.serving.kvquant), a what-if (needs
+    what_if: no modeled engine ships it)."""
     max_num_seqs: int | None = Field(None, ge=1)
     """Most requests in one iteration's batch; None: the engine default for the GPU."""
     max_num_batched_tokens: int | None = Field(None, ge=1)
@@ -90,11 +120,43 @@ class ServingPlan(BaseModel):
     enforce_eager: bool = False
     """Run every iteration eagerly, without CUDA graphs (vLLM --enforce-eager, SGLang
     --disable-cuda-graph): small batches then wait on the host's kernel launches."""
+    lora_adapters: int = Field(0, ge=0)
+    """Distinct LoRA adapters the traffic uses, each request naming one (meshplan.serving.lora);
+    0: the base model only."""
+    lora_rank: int = Field(16, ge=1)
+    """Rank of the adapters (vLLM --max-lora-rank, default 16)."""
+    max_loras: int | None = Field(None, ge=1)
+    """Adapters resident in HBM and usable in one batch (vLLM --max-loras, SGLang
+    --max-loras-per-batch); None: the engine default (vLLM 1, SGLang 8)."""
+    kv_offload: KVOffload = "none"
+    """cpu: a host-memory tier under the KV cache (LMCache, SGLang's hierarchical cache): prompt
+    KV found there is copied back over the host link instead of recomputed
+    (meshplan.serving.kvtier); none: the GPU cache only."""
+    kv_cpu_bytes: float | None = Field(None, gt=0)
+    """Host memory for offloaded KV per replica, bytes (with kv_offload=cpu, when the hits come
+    from the workload's prefix sharing)."""
+    kv_hit_rate: float | None = Field(None, ge=0, le=1)
+    """Share of each prompt found in the CPU tier, given instead of derived from the workload's
+    prefix sharing (with kv_offload=cpu)."""
+    what_if: bool = False
+    """Allow options no modeled engine ships (int4/int2 KV cache): a what-if of the cost model.
+    Without it a plan is refused as the engine would refuse it; exporters refuse such options."""
 
     @model_validator(mode="after")
     def _check(self) -> "ServingPlan":
         if self.speculative_tokens and self.acceptance_rate is None:
             raise ValueError("speculative_tokens needs acceptance_rate (the probability a draft token is accepted)")
+        if self.kv_offload == "none" and (self.kv_cpu_bytes is not None or self.kv_hit_rate is not None):
+            raise ValueError("kv_cpu_bytes and kv_hit_rate describe a CPU KV tier: set kv_offload='cpu'")
+        if self.kv_offload == "cpu" and self.kv_cpu_bytes is None and self.kv_hit_rate is None:
+            raise ValueError("kv_offload='cpu' needs kv_cpu_bytes (host memory for the KV, per replica) "
+                             "or kv_hit_rate (the share of each prompt found there)")
+        if self.kv_cache_dtype in ("int4", "int2") and not self.what_if:
+            raise ValueError(
+                f"kv_cache_dtype={self.kv_cache_dtype!r}: {self.engine} has no {self.kv_cache_dtype} KV cache "
+                f"({ENGINE_KV_DTYPES[self.engine]}); 4-/2-bit KV (KIVI, arXiv 2402.02750) is served by "
+                f"Hugging Face transformers' QuantizedCache, not by vLLM, SGLang or TensorRT-LLM: set "
+                f"what_if=true (--what-if) to model it anyway, or use kv_cache_dtype='fp8'")
         return self
 
     @property
@@ -111,5 +173,6 @@ class ServingPlan(BaseModel):
     def num_gpus(self) -> int:
         """GPUs of the whole deployment."""
         if self.disaggregated is not None:
-            return self.disaggregated.prefill_gpus + self.disaggregated.decode_gpus
+            d = self.disaggregated
+            return (d.prefill_gpus or 0) + (d.decode_gpus or 0)
         return self.gpus_per_replica * self.replicas

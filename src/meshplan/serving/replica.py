@@ -16,6 +16,8 @@ from meshplan.serving.costmodel import IterationCost
 from meshplan.serving.decodeset import DecodeSet
 from meshplan.serving.iterations import IterationLog
 from meshplan.serving.kvcache import BlockPool
+from meshplan.serving.kvtier import CpuTier
+from meshplan.serving.lora import AdapterSlots
 from meshplan.serving.request import RequestRecord
 from meshplan.serving.scheduler import SchedulerConfig
 from meshplan.serving.sequence import Seq
@@ -23,6 +25,9 @@ from meshplan.serving.sequence import Seq
 
 STRETCH = 256
 """Most pure-decode steps the fast-forward costs in one vectorised call."""
+MIN_STRETCH = 8
+"""Fewest steps (of the last step's length) before the next event for which the vectorised call
+beats costing step by step (numpy's per-call overhead is a few scalar steps' worth)."""
 
 
 class Replica:
@@ -47,6 +52,12 @@ class Replica:
         self._ndec = 0
         self.recorded: list[tuple] | None = None
         """When a list, each iteration's cost-model arguments are appended (schedule replay)."""
+        self.lora: AdapterSlots | None = None
+        """Resident LoRA adapters (multi-LoRA serving); None: the base model only."""
+        self.cpu: CpuTier | None = None
+        """The host-memory KV tier (kv_offload=cpu); None: the GPU cache only."""
+        self._loaded = 0
+        """Prompt tokens this iteration copies back from the CPU tier."""
 
     @property
     def outstanding(self) -> int:
@@ -72,7 +83,7 @@ class Replica:
         returns (the time the last one ended, how many ran)."""
         d, ran = self.decode, 0
         if (self.prefilling or self.recorded is not None or self.cfg.speculative_tokens
-                or d.tokens_per_step != 1.0):
+                or d.tokens_per_step != 1.0 or self.lora is not None or self.cpu is not None):
             return now, 0
         while d.count and d.step not in d.finishing:
             count, need = d.count, d.blocks_needed()
@@ -86,8 +97,9 @@ class Replica:
             self.log.append(self.index, now, now + t, 0, count, len(self.running), 0,
                             self.pool.used, self.pool.total, preempted=0, kind="decode")
             now, ran = now + t, ran + 1
-            if self._admission_frozen() and hasattr(self.cost, "batch"):
-                return self._skip_stretches(now, horizon, ran)
+            if (self._admission_frozen() and hasattr(self.cost, "batch")
+                    and horizon - now > MIN_STRETCH * t):
+                return self._skip_stretches(now, horizon, ran, t)
         return now, ran
 
     def _admission_frozen(self) -> bool:
@@ -95,14 +107,18 @@ class Replica:
         waits, or the batch is full): then a run of steps depends only on time and blocks."""
         return not self.waiting or len(self.running) >= self.cfg.max_num_seqs
 
-    def _skip_stretches(self, now: float, horizon: float, ran: int) -> tuple[float, int]:
+    def _skip_stretches(self, now: float, horizon: float, ran: int, step_s: float) -> tuple[float, int]:
         """`skip_decodes` for a frozen queue, costing up to STRETCH steps at once: the step
         times from the cost model's vectorised form (`IterationCost.batch`, the same arithmetic
-        per row), their running sum from `now`, and the blocks each step allocates."""
+        per row), their running sum from `now`, and the blocks each step allocates. A stretch
+        is sized to the steps of `step_s` (the last step's time) that fit before `horizon`;
+        when all of them fit, the next stretch goes on from there."""
         d, pool = self.decode, self.pool
         while d.count and d.step not in d.finishing:
             upcoming = [k for k in d.finishing if k > d.step]
-            k = min(STRETCH, (min(upcoming) if upcoming else d.step + STRETCH) - d.step)
+            fit = (horizon - now) / step_s + 1.0
+            k = min(STRETCH, (min(upcoming) if upcoming else d.step + STRETCH) - d.step,
+                    int(fit) if fit < STRETCH else STRETCH)
             steps = d.step + np.arange(k)
             need = np.asarray(d.phase)[steps % d.period]
             calls = np.zeros((k, 7))
@@ -117,6 +133,7 @@ class Replica:
                 now, ran = float(ends[n - 1]), ran + n
             if n < k:
                 break
+            step_s = float(ends[-1] - ends[-2]) if k > 1 else step_s
         return now, ran
 
     def _record_stretch(self, now: float, ends: np.ndarray, grown: np.ndarray) -> None:
@@ -205,6 +222,28 @@ class Replica:
         return budget
 
     def _admit(self, budget: int) -> None:
+        """Admit waiting requests FCFS while seats, budget and blocks allow; with LoRA adapters,
+        requests whose adapter would exceed the batch's slots wait and later ones go first."""
+        if self.lora is None:
+            return self._admit_fcfs(budget)
+        queue, active = list(self.waiting), self._adapters()
+        room = self.cfg.max_num_seqs - len(self.running)
+        eligible = []
+        for seq in queue:
+            if len(eligible) >= room:
+                break
+            if self.lora.admissible(seq.adapter, active):
+                active.add(seq.adapter)
+                eligible.append(seq)
+        self.waiting = deque(eligible)
+        self._admit_fcfs(budget)
+        self.waiting = deque(s for s in queue if s.req.id not in self.running)
+
+    def _adapters(self) -> set[int]:
+        """Distinct adapters of the running requests."""
+        return {s.adapter for s in self.running.values()}
+
+    def _admit_fcfs(self, budget: int) -> None:
         """Admit waiting requests FCFS while seats, budget and blocks allow."""
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:
             seq = self.waiting[0]
@@ -213,12 +252,19 @@ class Replica:
             if budget <= 0 or self._blocks_to_admit(seq) > self._free_for_admission():
                 return  # (checked before the prefix look-up: a blocked queue costs no hashing)
             hit = self._prefix_hit(seq)
-            n = min(seq.prompt - hit * self.pool.hash_tokens, budget)
-            if n < seq.prompt - hit * self.pool.hash_tokens and not self.cfg.chunked_prefill:
+            cpu = self._cpu_hit(seq, hit) if self.cpu is not None else 0
+            left = seq.prompt - hit * self.pool.hash_tokens - cpu
+            n = min(left, budget)
+            if n < left and not self.cfg.chunked_prefill:
                 return
             self.waiting.popleft()
             self._take(seq, hit)
+            if cpu:
+                seq.computed += cpu
+                seq.record.cached_tokens = max(seq.record.cached_tokens, seq.computed)
+                self._loaded += cpu
             if not self._reserve(seq, seq.computed + n):
+                self._loaded -= cpu
                 self._release(seq)
                 self.waiting.appendleft(seq)
                 return
@@ -229,6 +275,11 @@ class Replica:
         """Cached leading units usable by `seq` (at least one prompt token is recomputed)."""
         hit = self.pool.match(self.pool.units(seq.req.prefix_hashes))
         return min(hit, (seq.prompt - 1) // self.pool.hash_tokens)
+
+    def _cpu_hit(self, seq: Seq, hit: int) -> int:
+        """Prompt tokens after the GPU hit that the CPU tier holds (copied back, not computed)."""
+        units = self.pool.units(seq.req.prefix_hashes)
+        return self.cpu.found(units, seq.prompt, hit * self.pool.hash_tokens, self.pool.hash_tokens)
 
     def _take(self, seq: Seq, hit: int) -> None:
         """Move `seq` from waiting to running with its cached prefix and window blocks."""
@@ -342,6 +393,13 @@ class Replica:
         t = self.cost(*args)
         if k and decodes:
             t += k * self.cost.draft(decodes)
+        if self._loaded:  # prompt KV copied back from the CPU tier before the forward
+            t += self._loaded * self.cpu.load_s_per_token
+            self.cpu.loaded_tokens += self._loaded
+            self._loaded = 0
+        if self.lora is not None:  # batched adapter kernels, and copies of adapters not resident
+            active = self._adapters()
+            t += self.cost.lora(tokens, len(active)) + self.lora.make_resident(active) * self.lora.load_s
         return t
 
     def finish(self, end: float) -> None:
@@ -363,6 +421,8 @@ class Replica:
         self._emit(seq, end)
         units = self.pool.units(seq.req.prefix_hashes)
         taken = self.pool.register(units[len(seq.units):seq.computed // self.pool.hash_tokens])
+        if self.cpu is not None:
+            self.cpu.store(units[:seq.computed // self.pool.hash_tokens])
         seq.private -= len(taken) * self.pool.unit_blocks
         seq.units = seq.units + taken
         if seq.remaining_output == 0:

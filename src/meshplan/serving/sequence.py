@@ -10,7 +10,7 @@ class Seq:
 
     __slots__ = ("req", "record", "prompt", "computed", "generated", "units", "private",
                  "window_blocks", "c0", "offset", "finish_c", "segments", "reserved_full",
-                 "prefilled")
+                 "prefilled", "adapter")
 
     def __init__(self, req: Request, record: RequestRecord):
         self.req, self.record = req, record
@@ -38,6 +38,8 @@ class Seq:
         """All blocks of prompt + output were reserved at admission (no-evict scheduling)."""
         self.prefilled = False
         """Its prompt KV arrived from a prefill pool (disaggregated decode side)."""
+        self.adapter = -1
+        """The LoRA adapter it uses (multi-LoRA serving); -1: the base model."""
 
     @property
     def remaining_prompt(self) -> int:

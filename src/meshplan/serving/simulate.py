@@ -14,12 +14,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from meshplan.costs.comm import p2p_time
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.serving.deployment import Pool, build_replicas, resolve_pools
 from meshplan.serving.iterations import IterationLog
+from meshplan.serving.lora import assign_adapters
 from meshplan.serving.metrics import (
     SLO, ServingMetrics, compute_metrics, kv_utilization_over_time, queue_length_over_time,
 )
@@ -44,13 +47,16 @@ class SimulationResult:
     iterations: int
     simulated_s: float
     wall_s: float
+    adapter_loads: int = 0
+    """LoRA adapters copied host -> GPU over the run (multi-LoRA serving)."""
 
     def to_dict(self) -> dict:
         """`metrics`, `simulation` and `deployment` as plain data (the CLI's --json)."""
         return {"metrics": self.metrics.to_dict(),
                 "simulation": {"requests": len(self.records), "iterations": self.iterations,
                                "simulated_s": self.simulated_s, "wall_s": self.wall_s,
-                               "simulated_s_per_wall_s": self.simulated_s / max(self.wall_s, 1e-9)},
+                               "simulated_s_per_wall_s": self.simulated_s / max(self.wall_s, 1e-9),
+                               "adapter_loads": self.adapter_loads},
                 "deployment": [p.to_dict() for p in self.pools],
                 "timeseries": self.timeseries()}
 
@@ -81,6 +87,12 @@ class Simulation:
             self.groups.append(build_replicas(model, cluster, pool, workload, self.log, first, engine))
         self.entry = Router(plan.router, self.groups[0])
         self.decode = Router("least-outstanding", self.groups[-1]) if len(self.groups) > 1 else None
+        self.phase = plan.disaggregated.phase if plan.disaggregated is not None else None
+        self.adapters = (assign_adapters(len(workload.requests), plan.lora_adapters, workload.lora_popularity,
+                                         workload.lora_zipf_exponent, workload.seed).tolist()
+                         if plan.lora_adapters else None)
+        """The LoRA adapter of each request (multi-LoRA serving), or None."""
+        """The one pool of a disaggregated deployment simulated alone ("prefill", "decode"), or None."""
         self.heap: list[tuple] = []
         self.order = 0
         self.independent = self.decode is None and not workload.concurrency
@@ -130,16 +142,22 @@ class Simulation:
         if self.independent and sum(len(g) for g in self.groups) > 1:
             self._canonical_order()
         metrics = compute_metrics(self.records, self.log, slo)
+        loads = sum(r.lora.loads for g in self.groups for r in g if r.lora is not None)
         return SimulationResult(records=self.records, log=self.log, metrics=metrics, pools=self.pools,
                                 iterations=self.iterations, simulated_s=now,
-                                wall_s=time.perf_counter() - wall)
+                                wall_s=time.perf_counter() - wall, adapter_loads=loads)
 
     def _arrive(self, index: int, now: float, upcoming: float = math.inf) -> None:
         req = self.workload.requests[index]
         arrival = now if self.workload.concurrency else req.arrival_s
         record = RequestRecord(id=req.id, arrival_s=arrival, input_len=req.input_len, output_len=req.output_len)
         replica = self.entry.pick(req)
-        replica.add(Seq(req, record))
+        seq = Seq(req, record)
+        if self.phase == "decode":  # its prompt's KV is already there: it only decodes
+            seq.computed, seq.prefilled = req.input_len, True
+        if self.adapters is not None:
+            seq.adapter = self.adapters[req.id]
+        replica.add(seq)
         self._kick(replica, now, upcoming)
 
     def _kick(self, replica: Replica, now: float, horizon: float = math.inf) -> None:
@@ -167,6 +185,8 @@ class Simulation:
     def _iteration_end(self, replica: Replica, now: float) -> int:
         self.iterations += 1
         replica.finish(now)
+        if self.phase is not None:
+            self._phase_pool_ends(replica, now)
         done = len(replica.finished)
         self.records.extend(replica.finished)
         replica.finished.clear()
@@ -176,6 +196,20 @@ class Simulation:
         # a closed loop sends the finished clients' next requests at `now`, after this kick
         self._kick(replica, now, now if done and self.workload.concurrency else math.inf)
         return done
+
+    def _phase_pool_ends(self, replica: Replica, now: float) -> None:
+        """A phase pool measured alone: a prefill pool's requests end with the token their
+        prefill samples (one output token each); a decode pool's first token is its first
+        decode step's."""
+        for seq in replica.handoff:
+            record = seq.record
+            record.output_len, record.finish_s, record.replica = 1, now, replica.index
+            record.token_times_s = np.array([record.first_token_s])
+            replica.finished.append(record)
+        replica.handoff.clear()
+        for record in replica.finished:
+            if record.first_token_s != record.first_token_s and len(record.token_times_s):
+                record.first_token_s = float(record.token_times_s[0])
 
     def _log_transfer(self, seq: Seq, start: float, end: float, target: Replica) -> None:
         pool = target.pool

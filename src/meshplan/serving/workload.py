@@ -22,6 +22,7 @@ from meshplan.serving.request import Request
 
 Arrival = Literal["offline", "poisson", "gamma", "concurrency"]
 Dataset = Literal["fixed", "random", "sharegpt", "normal", "lognormal"]
+LoraPopularity = Literal["uniform", "zipf"]
 
 
 MAX_REQUESTS = 1_000_000
@@ -79,6 +80,11 @@ class WorkloadSpec(BaseModel):
     """Seconds between the arrivals of consecutive turns of a session."""
     hash_block_tokens: int = Field(16, ge=1)
     """Tokens per prefix hash block (vLLM's KV block size is 16)."""
+    lora_popularity: LoraPopularity = "uniform"
+    """How requests pick among the plan's LoRA adapters (multi-LoRA serving): uniform, or
+    zipf (adapter k with probability ~ 1 / (k+1)^lora_zipf_exponent)."""
+    lora_zipf_exponent: float = Field(1.0, gt=0, allow_inf_nan=False)
+    """Exponent of the zipf adapter popularity (S-LoRA's experiments use power laws)."""
 
     def __init__(self, **data: Any) -> None:
         fields = type(self).model_fields
@@ -117,6 +123,8 @@ def _combination_problems(spec: WorkloadSpec) -> Iterator[str]:
         yield f"num_prefixes={spec.num_prefixes} needs shared_prefix_len > 0"
     if spec.think_time_s > 0 and spec.turns == 1:
         yield f"think_time_s={spec.think_time_s} needs turns > 1"
+    if spec.lora_popularity != "zipf" and "lora_zipf_exponent" in chosen:
+        yield "lora_zipf_exponent is only used with lora_popularity='zipf'"
 
 
 def _dataset_problems(spec: WorkloadSpec, chosen: set[str]) -> Iterator[str]:
@@ -150,6 +158,12 @@ class Workload:
     """One line saying where the workload came from."""
     skipped: list[str] = field(default_factory=list)
     """One note per trace row that was not used (malformed, or a failed request)."""
+    lora_popularity: str = "uniform"
+    """How requests pick LoRA adapters (see WorkloadSpec.lora_popularity)."""
+    lora_zipf_exponent: float = 1.0
+    """Exponent of a zipf adapter popularity."""
+    seed: int = 0
+    """Seed of the synthetic workload (adapters are drawn from a stream of their own)."""
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -227,7 +241,8 @@ def synthesize(spec: WorkloadSpec, seed: int = 0) -> Workload:
         rows = slice(s * spec.turns, s * spec.turns + turns)
         drafts += builder.session(s, float(starts[s]), int(prefixes[s]), users[rows], outputs[rows])
     return Workload(requests=_sorted(drafts), hash_block_tokens=spec.hash_block_tokens,
-                    concurrency=spec.concurrency, description=_describe_spec(spec, seed))
+                    concurrency=spec.concurrency, description=_describe_spec(spec, seed),
+                    lora_popularity=spec.lora_popularity, lora_zipf_exponent=spec.lora_zipf_exponent, seed=seed)
 
 
 @dataclass(slots=True, kw_only=True)

@@ -157,7 +157,8 @@ def saved_tensors(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan) -> lis
 NOT_ACTIVATION_FIELDS = frozenset({
     "dp", "pp", "vpp", "ep", "shard_group", "expert_dp", "global_batch_size", "num_microbatches",
     "chunk_layers", "dp_sharding", "schedule", "recompute", "recompute_num_layers",
-    "offload_activations", "offload_optimizer", "optimizer", "rank_order", "tp_comm_overlap",
+    "offload_activations", "offload_optimizer", "offload_params", "offload_target", "optimizer",
+    "rank_order", "tp_comm_overlap", "doc_lengths", "balance", "expert_skew", "moe_balance",
     "chosen", "warnings"})
 """Resolved-plan fields a layer's saved tensors do not depend on (recompute and offload act on
 the result in `memory`). A field missing here is part of the cache key: a new plan field is

@@ -45,6 +45,10 @@ class Capability:
     """Sharding values that optimizer offload can be combined with."""
     offload_activations_with: tuple[str, ...] = ()
     """Recompute policies that activation offload can be combined with (empty: no such flag)."""
+    offload_params_with: tuple[str, ...] = ()
+    """Sharding values that parameter offload can be combined with (empty: no such option)."""
+    offload_targets: tuple[str, ...] = ("cpu",)
+    """Where it can put offloaded states (nvme: ZeRO-Infinity's swap to NVMe)."""
     optimizers: tuple[str, ...] = ("adamw", "adam")
     """Optimizers the exporter writes."""
     rank_orders: tuple[str, ...] | None = None
@@ -89,14 +93,16 @@ CAPABILITIES: dict[str, Capability] = {
         recompute=("none", "full"), partial_recompute=False, schedules={},
         parallel=(), precisions=("bf16", "fp16", "fp32"), offload_optimizer=(False, True),
         search_dp_sharding=("optimizer", "gradients", "full"), hybrid_shard=("full",),
-        offload_with=("gradients", "full"), offload_activations_with=("full",)),
+        offload_with=("gradients", "full"), offload_activations_with=("full",),
+        offload_params_with=("full",), offload_targets=("cpu", "nvme")),
 }
 """torchtitan (job_config.py): FSDP2 (reshard or not after forward) or 1-D DDP; GPipe, 1F1B,
 Interleaved1F1B (torch.distributed.pipelining); no partial recompute; HSDP (replicate x shard,
 the shard degree a multiple of cp); FSDP CPU offload (enable_cpu_offload); no activation-offload
 key. DeepSpeed (config JSON): ZeRO 0-3 with optimizer offload for stages 2-3; MiCS
 (mics_shard_size) for hybrid ZeRO-3; cpu_checkpointing offloads what activation_checkpointing
-saves, so it needs full recompute; data parallelism only."""
+saves, so it needs full recompute; offload_param (ZeRO-3 only) and offload_optimizer take device
+cpu or nvme (ZeRO-Infinity); data parallelism only."""
 METHODS = {"hf": ("full", "lora", "qlora"), "deepspeed": ("full", "lora", "qlora"),
            "fsdp": ("full", "lora", "qlora"), "nemo": ("full", "lora")}
 """What each framework can train besides full fine-tuning (others: full only). Hugging Face
@@ -175,6 +181,13 @@ def _option_problems(framework: str, cap: Capability, plan) -> list[str]:
                    + (f"{framework} offloads activations only with recompute "
                       f"{', '.join(cap.offload_activations_with)}" if cap.offload_activations_with
                       else f"{framework} has no flag for it; turn it off"))
+    if plan.offload_params and plan.dp_sharding not in cap.offload_params_with:
+        out.append(f"offload_params with dp_sharding={plan.dp_sharding!r}: " + (
+            f"{framework} offloads parameters with {', '.join(cap.offload_params_with)}"
+            if cap.offload_params_with else f"{framework} has no parameter offload; turn it off"))
+    if plan.offload_target not in cap.offload_targets:
+        out.append(f"offload_target={plan.offload_target!r}: {framework} offloads to "
+                   f"{', '.join(cap.offload_targets)}")
     if plan.optimizer not in cap.optimizers:
         out.append(f"optimizer={plan.optimizer!r}: the {framework} export writes "
                    f"{', '.join(cap.optimizers)}")

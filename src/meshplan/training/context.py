@@ -19,6 +19,7 @@ from meshplan.training.constants import TrainingConstants, training_constants
 from meshplan.training.groups import PlanGroups, plan_groups
 from meshplan.site import active_site
 from meshplan.training.kernels import profile_for
+from meshplan.training.packing import doc_imbalance
 from meshplan.training.plan import QUANTIZED
 from meshplan.training.resolve import ResolvedPlan
 
@@ -47,6 +48,9 @@ class CostContext:
     """Share of each chunk's layers that full recompute re-runs."""
     kernel_profile: str = "pytorch-eager"
     """How the framework launches a layer's ops (training/kernels.py): its host floor."""
+    attention_load: float = 1.0
+    """Busiest rank's document-masked attention work over one full causal sequence per
+    sequence (training/packing.py); 1.0 without a document-length distribution."""
 
     def gemm(self, m: float, n: float, k: float) -> float:
         """Seconds for one GEMM of the plan's precision (scaled by the fitted compute scale)."""
@@ -130,4 +134,5 @@ def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster,
         act_width=4.0 if plan.precision == "fp32" else 2.0,
         gemm_dtype=_gemm_dtype(plan, cluster), full_recompute_share=_recompute_share(model, plan),
         kernel_profile=profile_for(plan.framework)[0],
+        attention_load=doc_imbalance(plan).attention_load if plan.doc_lengths else 1.0,
     )

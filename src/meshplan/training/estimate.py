@@ -9,6 +9,9 @@ from meshplan.model.spec import ModelSpec
 from meshplan.training import finetune
 from meshplan.training.constants import TrainingConstants
 from meshplan.training.context import CostContext, cost_context
+from meshplan.model.counts import matmul_flops_per_token
+from meshplan.training.imbalance import imbalance_report
+from meshplan.training.packing import doc_imbalance
 from meshplan.training.memory import MemoryEstimate, estimate_memory
 from meshplan.training.plan import QUANTIZED
 from meshplan.training.pipeline_sim import (
@@ -37,6 +40,8 @@ class StepEstimate:
     memory: MemoryEstimate | None
     """Per-stage memory (None when estimated without it, e.g. while calibrating)."""
     chunks: tuple[ChunkTime, ...] = field(repr=False)
+    imbalance: dict[str, dict] = field(default_factory=dict)
+    """Document attention and MoE routing imbalance (training/imbalance.py); empty by default."""
 
 
 def _stage_times(ctx: CostContext, chunks: list[ChunkTime]) -> list[StageTimes]:
@@ -74,6 +79,10 @@ def _flops(model: ModelSpec, plan: ResolvedPlan) -> tuple[float, float]:
     if finetune.is_finetune(plan):
         return tuple(f * tokens for f in finetune.step_flops_per_token(model, plan))
     forward = model.flops_per_token_forward(plan.seq_len, causal=True) * tokens
+    docs = doc_imbalance(plan)
+    if docs is not None:  # only the document-masked share of the causal attention is work
+        attention = forward - matmul_flops_per_token(model) * tokens
+        forward -= attention * (1.0 - docs.masked_share)
     extra = {"full": 1.0, "selective": 0.0, "none": 0.0}[plan.recompute] * forward
     return 3 * forward, 3 * forward + extra
 
@@ -87,9 +96,11 @@ def _breakdown(ctx: CostContext, chunks, pipe: PipelineResult, dp, opt) -> dict[
     ep = m * sum(c.ep_s for c in mine)
     cp = m * sum(c.cp_exposed_s for c in mine)
     fsdp = m * sum(c.fsdp_exposed_s for c in mine)
-    compute = pipe.busy_s[stage] - tp - ep - cp - fsdp
+    offload = m * sum(c.offload_exposed_s for c in mine)
+    compute = pipe.busy_s[stage] - tp - ep - cp - fsdp - offload
     return {"compute": compute, "tp_comm_exposed": tp, "ep_comm": ep, "cp_comm_exposed": cp,
-            "fsdp_gather_exposed": fsdp, "pipeline_bubble": pipe.step_time_s - pipe.busy_s[stage],
+            "fsdp_gather_exposed": fsdp, "offload_copies_exposed": offload,
+            "pipeline_bubble": pipe.step_time_s - pipe.busy_s[stage],
             "dp_comm_exposed": dp, "optimizer": 0.0 if p.offload_optimizer else opt,
             "cpu_offload": opt if p.offload_optimizer else 0.0, "other": ctx.k.step_overhead_s}
 
@@ -140,7 +151,7 @@ def estimate_from_parts(parts: StepParts, with_events: bool = False,
         mfu=model_flops / (step * gpus * peak), hfu=hw_flops / (step * gpus * peak),
         breakdown=_breakdown(ctx, parts.chunks, pipe, dp_exposed, opt), pipeline=pipe,
         memory=estimate_memory(model, cluster, plan) if with_memory else None,
-        chunks=tuple(parts.chunks),
+        chunks=tuple(parts.chunks), imbalance=imbalance_report(model, plan),
     )
 
 

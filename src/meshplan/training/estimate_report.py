@@ -21,6 +21,7 @@ def estimate_dict(est: StepEstimate) -> dict[str, Any]:
         "breakdown": est.breakdown,
         "bubble_fraction": est.pipeline.bubble_fraction,
         "trainable_params": mem["trainable_params"],
+        "imbalance": est.imbalance,
         "peak_bytes": mem["peak_bytes"],
         "fits": mem["fits"],
         "memory": mem,

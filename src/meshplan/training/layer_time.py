@@ -20,6 +20,7 @@ from meshplan.model.spec import DenseMLP, LayerSpec, MoEMLP
 from meshplan.training import finetune
 from meshplan.training.context import CostContext
 from meshplan.training.kernels import layer_host_s, lora_host_s
+from meshplan.training.routing import routing_load
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +59,7 @@ def _gemms(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
     if mlp.shared is not None:
         dense += _mlp_gemms(ctx, mlp.shared, t, p.tp)
     touched = touched_experts(ctx, mlp)
-    rows = t * mlp.top_k * p.etp / p.tp * imbalance(ctx) / touched
+    rows = t * mlp.top_k * p.etp / p.tp * imbalance(ctx, mlp) / touched
     experts = touched * _mlp_gemms(ctx, mlp.expert, rows, p.etp)
     return dense, experts
 
@@ -74,11 +75,16 @@ def touched_experts(ctx: CostContext, mlp: MoEMLP) -> float:
                * distinct_experts(group_tokens, mlp.top_k, mlp.num_experts))
 
 
-def imbalance(ctx: CostContext) -> float:
-    """Busiest expert rank's load / the mean: capped by a capacity factor (token dropping or
-    forced balance), else the fitted dropless imbalance."""
-    cap = ctx.plan.capacity_factor
-    return min(ctx.k.moe_imbalance, cap) if cap else ctx.k.moe_imbalance
+def imbalance(ctx: CostContext, mlp: MoEMLP) -> float:
+    """Busiest expert rank's load / the mean: from the plan's expert skew when given (see
+    training/routing.py), else the fitted dropless imbalance; capped by a capacity factor
+    (token dropping or forced balance)."""
+    p = ctx.plan
+    load = ctx.k.moe_imbalance
+    if p.expert_skew is not None:
+        load = routing_load(p.expert_skew, mlp.num_experts, p.ep, p.moe_balance).busiest_rank
+    cap = p.capacity_factor
+    return min(load, cap) if cap else load
 
 
 def _mlp_gemms(ctx: CostContext, mlp: DenseMLP, rows: float, split: int) -> float:
@@ -94,7 +100,7 @@ def _attention(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
     a, p = layer.attention, ctx.plan
     keys = mean_visible_keys(p.seq_len, a, causal=True)
     flops = attention_flops(p.seq_len, keys, a.num_heads / p.tp, a.head_dim, a.v_head_dim, False)
-    forward = ctx.attention(flops * p.micro_batch_size / p.cp)
+    forward = ctx.attention(flops * p.micro_batch_size / p.cp) * ctx.attention_load
     return forward, ctx.c.attention_backward_ratio * forward
 
 
@@ -138,7 +144,7 @@ def _memory_bound(ctx: CostContext, layer: LayerSpec) -> float:
     per_token += 2 * 2 * (a.num_heads + a.num_kv_heads) * a.head_dim / p.tp  # rotary on q, k
     per_token += 2 * 3 * inter  # gate/up read, activation write
     if isinstance(mlp, MoEMLP):
-        routed = mlp.top_k * p.etp / p.tp * imbalance(ctx)
+        routed = mlp.top_k * p.etp / p.tp * imbalance(ctx, mlp)
         per_token += 2 * MOE_PERMUTE_PASSES * h * routed
     return ctx.memory(per_token * ctx.tokens * ctx.act_width / 2, kernels=ctx.k.kernels_per_layer)
 
@@ -162,7 +168,7 @@ def _ep_comm(ctx: CostContext, layer: LayerSpec) -> float:
     mlp, p = layer.mlp, ctx.plan
     if not isinstance(mlp, MoEMLP) or p.ep == 1:
         return 0.0
-    routed = ctx.tokens * mlp.top_k * p.etp / p.tp * imbalance(ctx)
+    routed = ctx.tokens * mlp.top_k * p.etp / p.tp * imbalance(ctx, mlp)
     size = routed * ctx.model.hidden_size * ctx.act_width
     return 2 * collective_time("all_to_all", size, ctx.groups.ep, ctx.cluster, ctx.comm)
 

@@ -2,7 +2,9 @@
 
 Each stage's peak is the sum of its model states (`states`), the activations its schedule keeps
 alive (`schedules` x `activations`), the last stage's logits and loss buffers, communication
-buffers, a one-layer backward working set, allocator fragmentation and the CUDA context.
+buffers, a one-layer backward working set, allocator fragmentation and the CUDA context. What
+offload moves off the GPU (states, parameters, activations) is counted against the host's share of
+DRAM and NVMe instead (`training.offload`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from meshplan.model.counts import layer_kinds
 from meshplan.model.spec import ModelSpec
 from meshplan.training import activations as act
 from meshplan.training import finetune
+from meshplan.training.offload import offloaded_bytes
 from meshplan.training.pipeline_orders import F, W, cached_orders, decode
 from meshplan.training.resolve import ResolvedPlan
 from meshplan.training.schedules import in_flight_chunks
@@ -27,6 +30,7 @@ from meshplan.training.states import (
     stage_params,
     stage_signatures,
     state_bytes,
+    updated_params,
 )
 
 FRAGMENTATION = 0.05
@@ -60,6 +64,10 @@ class StageMemory:
     workspace_bytes: float
     fragmentation_bytes: float
     cuda_context_bytes: float
+    host_bytes: float = 0.0
+    """Host DRAM this GPU's offloaded states and activations take (not in total_bytes)."""
+    nvme_bytes: float = 0.0
+    """NVMe this GPU's offloaded states take (ZeRO-Infinity's NVMe tier)."""
 
     @property
     def other_bytes(self) -> float:
@@ -84,6 +92,19 @@ class StageMemory:
                 "allocator_bytes": self.allocator_bytes}
 
 
+def offload_states(out: dict[str, float], plan: ResolvedPlan) -> dict[str, float]:
+    """Model states per GPU (`out`) less what optimizer and parameter offload keep elsewhere."""
+    if plan.offload_optimizer:
+        out["master"] = out["optimizer"] = 0.0
+        if plan.dp_sharding in ("gradients", "full"):
+            # ZeRO-Offload moves each reduced gradient bucket to the host as it is produced;
+            # the bucket in flight is in buffers_bytes (Ren et al. 2021, section 4.1).
+            out["gradients"] = 0.0
+    if plan.offload_params:
+        out["weights"] = 0.0  # fetched per layer into the gather buffers (buffers_bytes)
+    return out
+
+
 def model_states(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> dict[str, float]:
     """Weights, gradients, master weights and optimizer states per GPU for one stage."""
     per_param = state_bytes(plan, model.hidden_size)
@@ -94,8 +115,7 @@ def model_states(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> d
         if name in sharded:
             dense, expert = dense / plan.shard_group, expert / plan.expert_dp
         out[name] = getattr(per_param, name) * (dense + expert)
-    if plan.offload_optimizer:
-        out["master"] = out["optimizer"] = 0.0
+    out = offload_states(out, plan)
     if plan.dp_sharding == "full" and plan.pp > 1 and act.profile_name(plan) == "torchtitan":
         # torch.distributed.pipelining keeps FSDP units unsharded through the step (no
         # re-gather per micro-batch) and skips gradient reduce-scatter until the last
@@ -106,12 +126,23 @@ def model_states(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> d
     return out
 
 
-def _stored_layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, recomputed: bool) -> float:
-    """What layer `index` keeps between its forward and backward for one micro-batch."""
+def _stored_layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, recomputed: bool,
+                        on_gpu: bool = True) -> float:
+    """What layer `index` keeps between its forward and backward for one micro-batch: on the
+    GPU (nothing when activations are offloaded), or wherever it is kept (`on_gpu` False)."""
+    if on_gpu and plan.offload_activations:
+        return 0.0
     if recomputed:
-        return 0.0 if plan.offload_activations else act.checkpoint_bytes(model, plan)
-    full = _layer_bytes(model, plan, index, plan.recompute == "selective")
-    return 0.0 if plan.offload_activations else full
+        return act.checkpoint_bytes(model, plan)
+    return _layer_bytes(model, plan, index, plan.recompute == "selective")
+
+
+def saved_layer_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[int, ...]) -> list[float]:
+    """Bytes each layer of `chunk` saves for backward per micro-batch, wherever it is kept."""
+    budget = len(chunk) if plan.recompute_num_layers is None else plan.recompute_num_layers
+    full = plan.recompute == "full"
+    return [_stored_layer_bytes(model, plan, i, full and k < budget, on_gpu=False)
+            for k, i in enumerate(chunk)]
 
 
 def _layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, selective: bool = False) -> float:
@@ -124,8 +155,9 @@ def _layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, selective: bo
     return memo[key]
 
 
-def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[int, ...]) -> float:
-    """Stored activations of one model chunk for one micro-batch."""
+def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[int, ...],
+                           on_gpu: bool = True) -> float:
+    """Stored activations of one model chunk for one micro-batch (on the GPU, or anywhere)."""
     full = plan.recompute == "full"
     budget = len(chunk) if plan.recompute_num_layers is None else plan.recompute_num_layers
     cache: dict = {}
@@ -134,7 +166,7 @@ def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[in
     for k, i in enumerate(chunk):
         key = (kinds[i], full and k < budget)
         if key not in cache:
-            cache[key] = _stored_layer_bytes(model, plan, i, key[1])
+            cache[key] = _stored_layer_bytes(model, plan, i, key[1], on_gpu)
         total += cache[key]
     return total
 
@@ -172,28 +204,29 @@ def _walk_peak(alive: np.ndarray, chunk_bytes: list[float],
     return float(live[k]), int(alive[k].sum()), int(held[k])
 
 
-def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[list[float], float]:
+def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int,
+                 on_gpu: bool = True) -> tuple[list[float], float]:
     """(stored bytes of each of the stage's chunks for one micro-batch, the backward working set
     of its largest layer), once per stage signature."""
     memo = plan_memo(model, plan)
-    key = ("chunk_bytes", stage_signatures(model, plan)[stage])
+    key = ("chunk_bytes", stage_signatures(model, plan)[stage], on_gpu)
     if key not in memo:
         chunks = [c for k, c in enumerate(plan.chunk_layers) if k % plan.pp == stage]
         kinds = layer_kinds(model)
         distinct = {kinds[i] for c in chunks for i in c}
-        memo[key] = ([chunk_activation_bytes(model, plan, c) for c in chunks],
+        memo[key] = ([chunk_activation_bytes(model, plan, c, on_gpu) for c in chunks],
                      max(_layer_bytes(model, plan, k) for k in distinct))
     return memo[key]
 
 
-def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int,
-                      head_bytes: float = 0.0) -> tuple[float, float, int]:
+def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int, head_bytes: float = 0.0,
+                      on_gpu: bool = True) -> tuple[float, float, int]:
     """(stored activation bytes at the stage's peak, in-flight micro-batches, logits held).
 
     One chunk per stage, or equal chunks off the last stage: the schedule's closed form. Uneven
     chunks (a first or last chunk lighter) or the LM head's chunk under virtual stages: walk the
     schedule's op order, since which chunks are alive at the peak then matters."""
-    per_chunk, working = _chunk_bytes(model, plan, stage)  # working: backward of one layer
+    per_chunk, working = _chunk_bytes(model, plan, stage, on_gpu)  # working: backward of one layer
     uniform = len(set(per_chunk)) == 1 and not (head_bytes and plan.vpp > 1)
     if plan.vpp == 1 or uniform:
         alive = in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)
@@ -243,16 +276,30 @@ def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
     if key not in memo:
         params = stage_params(model, plan, stage)
         held_bytes, transient = logits_bytes(model, plan, stage)
-        states = (finetune.model_states(model, plan, stage, params) if finetune.is_finetune(plan)
-                  else model_states(params, model, plan))
+        if finetune.is_finetune(plan):  # adapters train, the base is frozen
+            states = offload_states(finetune.model_states(model, plan, stage, params), plan)
+            trained = finetune.trainable_stage_params(model, plan, stage)
+        else:
+            states, trained = model_states(params, model, plan), params
+        offloaded = offloaded_bytes(plan, state_bytes(plan, model.hidden_size),
+                                    updated_params(trained, plan))
         memo[key] = (states, held_bytes, transient,
-                     buffers_bytes(params, model, plan), len(plan.stage_layers(stage)))
+                     buffers_bytes(params, model, plan), len(plan.stage_layers(stage)), offloaded)
     return memo[key]
+
+
+def offloaded_activations(model: ModelSpec, plan: ResolvedPlan, stage: int) -> float:
+    """Host bytes of the activations `stage` offloads: what its in-flight micro-batches would keep
+    on the GPU (the working set of the layer in backward stays on the GPU)."""
+    if not plan.offload_activations:
+        return 0.0
+    stored, _, _ = stage_activations(model, plan, stage, on_gpu=False)
+    return stored - _chunk_bytes(model, plan, stage, on_gpu=False)[1]
 
 
 def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemory:
     """The peak memory breakdown of one GPU of `stage`."""
-    states, held_bytes, transient, buffers, num_layers = _stage_static(model, plan, stage)
+    states, held_bytes, transient, buffers, num_layers, (host, nvme) = _stage_static(model, plan, stage)
     acts, alive, held = stage_activations(model, plan, stage, held_bytes)
     logits = held_bytes * held + transient
     allocated = sum(states.values()) + acts + logits + buffers + WORKSPACE_BYTES
@@ -263,6 +310,7 @@ def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemor
         activations_bytes=acts, logits_bytes=logits, buffers_bytes=buffers,
         workspace_bytes=WORKSPACE_BYTES, fragmentation_bytes=FRAGMENTATION * allocated,
         cuda_context_bytes=CUDA_CONTEXT_BYTES,
+        host_bytes=host + offloaded_activations(model, plan, stage), nvme_bytes=nvme,
     )
 
 
@@ -277,6 +325,10 @@ class MemoryEstimate:
     """Bytes one decoder layer saves for one micro-batch on one GPU, before recompute."""
     trainable_params: int = 0
     """Parameters the optimizer updates (all of them, or the LoRA adapters')."""
+    host_memory_bytes: float = float("inf")
+    """Host DRAM one GPU's offload may use: the node's, shared by the job's GPUs on it."""
+    nvme_capacity_bytes: float = float("inf")
+    """NVMe one GPU's offload may use: the node's drives, shared likewise."""
 
     @property
     def peak_stage(self) -> StageMemory:
@@ -289,25 +341,67 @@ class MemoryEstimate:
         return self.peak_stage.total_bytes
 
     @property
+    def host_peak_bytes(self) -> float:
+        """Largest host DRAM use per GPU over stages (offloaded states and activations)."""
+        return max(s.host_bytes for s in self.stages)
+
+    @property
+    def nvme_peak_bytes(self) -> float:
+        """Largest NVMe use per GPU over stages."""
+        return max(s.nvme_bytes for s in self.stages)
+
+    @property
+    def short_of(self) -> str | None:
+        """The first tier a stage overflows: "GPU memory", "host memory" or "NVMe"; None fits."""
+        if self.peak_bytes > self.gpu_memory_bytes:
+            return "GPU memory"
+        if self.host_peak_bytes > self.host_memory_bytes:
+            return "host memory"
+        if self.nvme_peak_bytes > self.nvme_capacity_bytes:
+            return "NVMe"
+        return None
+
+    @property
     def fits(self) -> bool:
-        """True when every stage fits in the GPU's memory."""
-        return self.peak_bytes <= self.gpu_memory_bytes
+        """True when every stage fits in the GPU's memory and its offloaded bytes in the host's
+        share of DRAM and NVMe."""
+        return self.short_of is None
+
+
+HOST_RESERVED_FRACTION = 0.1
+"""Share of host DRAM not available to offload: the OS, the page cache, data-loader workers and
+the framework's own process memory. Assumption, not fitted."""
+
+
+def host_capacity(cluster: Cluster) -> tuple[float, float]:
+    """(host DRAM, NVMe) bytes one GPU's offload may use: each node's, split evenly over the
+    job's GPUs on it."""
+    n = cluster.gpus_on_node
+    return (cluster.host_memory_bytes_per_node * (1 - HOST_RESERVED_FRACTION) / n,  # type: ignore[operator]
+            cluster.nvme_bytes_per_node / n)  # type: ignore[operator]
 
 
 def fits_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> bool:
     """`estimate_memory(...).fits`, stopping at the first stage that does not fit; the first
     and last stages (most micro-batches in flight; the LM head) are checked first."""
     capacity = float(cluster.gpu.hbm_bytes)
+    host, nvme = host_capacity(cluster)
     order = (0, plan.pp - 1, *range(1, plan.pp - 1)) if plan.pp > 1 else (0,)
-    return all(stage_memory(model, plan, s).total_bytes <= capacity for s in order)
+    for s in order:
+        stage = stage_memory(model, plan, s)
+        if stage.total_bytes > capacity or stage.host_bytes > host or stage.nvme_bytes > nvme:
+            return False
+    return True
 
 
 def estimate_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> MemoryEstimate:
     """Per-stage peak memory of a resolved plan on `cluster`'s GPUs."""
     stages = tuple(stage_memory(model, plan, s) for s in range(plan.pp))
     first = model.layers[plan.chunk_layers[0][0]]
+    host, nvme = host_capacity(cluster)
     return MemoryEstimate(
         plan=plan, stages=stages, gpu_memory_bytes=float(cluster.gpu.hbm_bytes),
         activation_bytes_per_layer=act.layer_activation_bytes(first, model, plan),
         trainable_params=finetune.trainable_params(model, plan),
+        host_memory_bytes=host, nvme_capacity_bytes=nvme,
     )

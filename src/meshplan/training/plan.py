@@ -21,6 +21,9 @@ Optimizer = Literal["adamw", "adam", "sgd", "adafactor"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
 Attention = Literal["flash", "sdpa", "eager"]
 Method = Literal["full", "lora", "qlora"]
+Balance = Literal["none", "sort", "per-doc-cp", "reassign"]
+MoEBalance = Literal["none", "aux-free", "eplb"]
+OffloadTarget = Literal["cpu", "nvme"]
 
 
 class TrainingPlan(BaseModel):
@@ -64,6 +67,12 @@ class TrainingPlan(BaseModel):
     """Keep checkpointed layer inputs in CPU memory instead of on the GPU."""
     offload_optimizer: bool = False
     """Keep master weights and optimizer states in CPU memory (DeepSpeed/Megatron offload)."""
+    offload_params: bool = False
+    """Keep the sharded 16-bit parameters off the GPU and fetch each layer's before it runs
+    (ZeRO-Infinity, DeepSpeed offload_param; needs dp_sharding full)."""
+    offload_target: OffloadTarget = "cpu"
+    """Where offloaded parameters and optimizer states live: cpu (host DRAM) or nvme
+    (ZeRO-Infinity's NVMe tier, swapped through host memory)."""
     precision: Precision = "bf16"
     """Compute precision of matmuls; fp8 keeps bf16 weights plus fp8 copies; fp4 runs the
     linear layers' GEMMs in NVFP4 (Blackwell) with bf16 weights and attention."""
@@ -92,3 +101,17 @@ class TrainingPlan(BaseModel):
     lora_targets: tuple[str, ...] | None = None
     """Linear layers that get adapters: q, k, v, o, gate, up, down (qkv, kv, gate_up where the
     family fuses them); None: q,v (PEFT's default; q,kv for MLA, qkv when fused)."""
+    doc_lengths: str | None = None
+    """Document lengths of the training data, packed into sequences with a document mask:
+    fixed (one document per sequence), lognormal:mean=1500,sigma=1.2, zipf:s=1.2,min=64,max=65536
+    (seed=N optional), or a file of lengths; None: fixed."""
+    balance: Balance = "none"
+    """Balancing of document attention work over ranks: none, sort (sequences over DP ranks by
+    work), per-doc-cp (each document split over the CP ranks), reassign (documents re-packed by
+    work); only read with doc_lengths."""
+    expert_skew: str | None = None
+    """MoE routing skew: zipf:s=1.2 (seed=N optional), uniform, or a file of per-expert token
+    shares; None: the fitted dropless imbalance."""
+    moe_balance: MoEBalance = "none"
+    """MoE load balancing: none, aux-free (DeepSeek-V3 bias balancing), eplb (replicas of hot
+    experts on redundant slots); only read with expert_skew."""

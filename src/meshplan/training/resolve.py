@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model import lora
-from meshplan.model.spec import ModelSpec
+from meshplan.model.spec import ModelSpec, MoEMLP
 from meshplan.training.capabilities import FUSED_ADAPTERS, frameworks_for
+from meshplan.training.doclengths import check_spec, is_fixed
 from meshplan.training.kernels import profile_for
 from meshplan.training.plan import TrainingPlan
+from meshplan.training.routing import expert_shares
 
 DEFAULT_SHARDING = {"megatron": "optimizer", "nemo": "optimizer", "deepspeed": "optimizer",
                     "torchtitan": "full", "fsdp": "full", "llm-foundry": "full", "maxtext": "full"}
@@ -66,6 +68,8 @@ class ResolvedPlan:
     recompute_num_layers: int | None
     offload_activations: bool
     offload_optimizer: bool
+    offload_params: bool
+    offload_target: str
     precision: str
     optimizer: str
     schedule: str
@@ -81,6 +85,12 @@ class ResolvedPlan:
     lora_rank: int = 8
     lora_targets: tuple[str, ...] = ()
     """Adapted linear layers (fused names where the framework fuses them); () for full."""
+    doc_lengths: str | None = None
+    """Document-length spec (None: one document per sequence)."""
+    balance: str = "none"
+    expert_skew: str | None = None
+    """Expert-share spec (None: the fitted dropless imbalance)."""
+    moe_balance: str = "none"
     chosen: dict[str, str] = field(default_factory=dict)
     """Fields meshplan filled in, with the reason."""
     warnings: tuple[str, ...] = ()
@@ -264,6 +274,13 @@ def _resolve_schedule(plan: TrainingPlan, vpp: int, m: int) -> str:
     return schedule
 
 
+def _check_offload(plan: TrainingPlan) -> None:
+    """The NVMe tier holds offloaded states: something must be offloaded to it."""
+    if plan.offload_target == "nvme" and not (plan.offload_params or plan.offload_optimizer):
+        raise PlanError("offload_target='nvme' holds offloaded parameters or optimizer states: "
+                        "turn on offload_params or offload_optimizer, or use offload_target='cpu'")
+
+
 def _check_precision(plan: TrainingPlan, cluster: Cluster) -> None:
     if plan.precision == "fp4" and "fp4" not in cluster.gpu.dtypes:
         raise PlanError(f"precision='fp4' (NVFP4 GEMMs) needs fp4 tensor cores (Blackwell); "
@@ -326,11 +343,33 @@ def _check_rank_order(order: str) -> None:
                         f"innermost first, e.g. tp-cp-ep-dp-pp")
 
 
+def _workload(plan: TrainingPlan, model: ModelSpec, warnings: list[str]) -> dict:
+    """The document-length and expert-skew fields, checked (a spec that cannot be read or does
+    not match the model's experts is a ConfigError naming the flag)."""
+    docs = None if is_fixed(plan.doc_lengths) else plan.doc_lengths
+    check_spec(docs)
+    skew = plan.expert_skew
+    if skew is not None:
+        moe = [layer.mlp for layer in model.layers if isinstance(layer.mlp, MoEMLP)]
+        if not moe:
+            warnings.append(f"expert_skew is ignored: {model.name} has no routed experts")
+            skew = None
+        else:
+            expert_shares(skew, moe[0].num_experts)
+    for field, value, needs in (("balance", plan.balance, docs), ("moe_balance", plan.moe_balance, skew)):
+        if value != "none" and needs is None:
+            warnings.append(f"{field}={value} is ignored without "
+                            f"{'doc_lengths' if field == 'balance' else 'expert_skew'}")
+    return {"doc_lengths": docs, "balance": plan.balance if docs else "none",
+            "expert_skew": skew, "moe_balance": plan.moe_balance if skew else "none"}
+
+
 def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> ResolvedPlan:
     """Check `plan` against `model` and `cluster` and fill every open field."""
     chosen: dict[str, str] = {}
     _check_rank_order(plan.rank_order)
     _check_precision(plan, cluster)
+    _check_offload(plan)
     dp = _resolve_dp(plan, cluster.num_gpus)
     _check_heads(plan, model)
     etp, expert_dp = _resolve_experts(plan, model, dp)
@@ -355,6 +394,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         micro_batch_size=mbs, global_batch_size=gbs, num_microbatches=m, seq_len=plan.seq_len,
         recompute=plan.recompute, recompute_num_layers=plan.recompute_num_layers,
         offload_activations=plan.offload_activations, offload_optimizer=plan.offload_optimizer,
+        offload_params=plan.offload_params, offload_target=plan.offload_target,
         precision=plan.precision, optimizer=plan.optimizer,
         schedule=_resolve_schedule(plan, vpp, m), rank_order=plan.rank_order, chunk_layers=_chunks(plan, model, vpp, chosen),
         framework=plan.framework,
@@ -362,5 +402,6 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         capacity_factor=plan.capacity_factor,
         tp_comm_overlap=_tp_overlap(plan, sp, chosen),
         **_resolve_method(plan, model, chosen),
+        **_workload(plan, model, warnings),
         chosen=chosen, warnings=tuple(warnings),
     )

@@ -15,6 +15,9 @@ from meshplan.training.estimate import StepEstimate, StepParts, estimate_from_pa
 from meshplan.training.memory import estimate_memory, fits_memory
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.capabilities import GENERIC, capability, problems
+from meshplan.training.doclengths import is_fixed
+from meshplan.training.packing import BALANCE
+from meshplan.training.routing import MOE_BALANCE
 from meshplan.training.resolve import resolve_plan
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)
@@ -41,9 +44,33 @@ def _axis(pinned, default):
     return (pinned,) if pinned is not None else default
 
 
+def offload_axes(cap, pinned: dict) -> dict:
+    """The offload tiers beyond the optimizer's (activations, parameters, NVMe) the framework
+    offers: searched only when no plan fits without them (see `search`)."""
+    return {
+        "offload_activations": _axis(pinned.get("offload_activations"),
+                                     (False, True) if cap.offload_activations_with else (False,)),
+        "offload_params": _axis(pinned.get("offload_params"),
+                                (False, True) if cap.offload_params_with else (False,)),
+        "offload_target": _axis(pinned.get("offload_target"), cap.offload_targets),
+    }
+
+
+def _offload_tier(fields: dict, cap) -> bool:
+    """The combination uses a tier of `offload_axes` and the framework can launch it."""
+    if fields["offload_activations"] and fields["recompute"] not in cap.offload_activations_with:
+        return False
+    if fields["offload_params"] and fields["dp_sharding"] not in cap.offload_params_with:
+        return False
+    if fields["offload_target"] == "nvme" and not (fields["offload_params"] or fields["offload_optimizer"]):
+        return False
+    return fields["offload_activations"] or fields["offload_params"] or fields["offload_target"] == "nvme"
+
+
 def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
-               pinned: dict) -> Iterator[TrainingPlan]:
-    """Every combination of open fields the framework supports (validity checked later)."""
+               pinned: dict, offload: bool = False) -> Iterator[TrainingPlan]:
+    """Every combination of open fields the framework supports (validity checked later); with
+    `offload`, only those that use an offload tier of `offload_axes`."""
     cap = capability(base.framework) or GENERIC
     node = cluster.gpus_per_node
     layer_divisors = tuple(d for d in range(3, 129) if model.num_layers % d == 0)
@@ -64,7 +91,9 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
         "recompute": _axis(pinned.get("recompute"), cap.recompute),
         "dp_sharding": _axis(pinned.get("dp_sharding"), cap.search_dp_sharding or cap.dp_sharding),
         "schedule": _axis(pinned.get("schedule"), (None,)),
-        "offload_optimizer": cap.offload_optimizer,
+        "offload_optimizer": _axis(pinned.get("offload_optimizer"), cap.offload_optimizer),
+        **_balance_axes(base, model, pinned),
+        **(offload_axes(cap, pinned) if offload else {}),
     }
     world = cluster.num_gpus
     for values in itertools.product(*axes.values()):
@@ -80,12 +109,25 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
             continue
         if fields["offload_optimizer"] and fields["dp_sharding"] == "optimizer":
             continue  # ZeRO-Offload needs ZeRO-2 or 3
+        if offload and not _offload_tier(fields, cap):
+            continue
         plan = base.model_copy(update={**fields, "dp": None, "pipeline_split": None})
         yield plan
         if cap.partial_recompute and fields["recompute"] == "full":
             per_chunk = model.num_layers // chunks
             if per_chunk >= 2:  # Megatron's block method: recompute only half of each chunk
                 yield plan.model_copy(update={"recompute_num_layers": per_chunk // 2})
+
+
+def _balance_axes(base: TrainingPlan, model: ModelSpec, pinned: dict) -> dict:
+    """Balancing strategies to search: only with a document-length distribution (document
+    balance) or an expert skew on a MoE model (MoE balance), unless pinned."""
+    axes = {}
+    if not is_fixed(base.doc_lengths):
+        axes["balance"] = _axis(pinned.get("balance"), BALANCE)
+    if base.expert_skew is not None and model.is_moe:
+        axes["moe_balance"] = _axis(pinned.get("moe_balance"), MOE_BALANCE)
+    return axes
 
 
 IGNORED = ("chosen", "warnings")
@@ -98,6 +140,10 @@ def _identity(plan) -> tuple:
     fields = {f: getattr(plan, f) for f in plan.__dataclass_fields__ if f not in IGNORED}
     if plan.shard_group == 1 and plan.expert_dp == 1:
         fields["dp_sharding"] = None
+    if plan.cp == 1 and plan.balance == "per-doc-cp":
+        fields["balance"] = "none"  # one CP rank: splitting each document changes nothing
+    if plan.ep == 1 and plan.moe_balance == "eplb":
+        fields["moe_balance"] = "none"  # one EP rank holds every expert: replicas change nothing
     return tuple(fields.values())
 
 
@@ -133,33 +179,16 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
            train_tokens: float | None = None,
            progress: Callable[[int, int], None] | None = None) -> SearchResult:
     """Evaluate every supported plan, keep those that fit, rank them by `objective`;
-    `progress(done, total)` is told how far the enumeration is."""
+    `progress(done, total)` is told how far the enumeration is. Offload tiers beyond the
+    optimizer's (activations, parameters, NVMe) are searched only when nothing fits without
+    them: they cost host-link and NVMe time, so where a plan fits without them it is faster."""
     start = time.perf_counter()
-    invalid = no_memory = evaluated = 0
-    fitting: list[StepParts] = []
-    reasons: dict[str, None] = {}
-    too_big: list = []  # resolved plans that do not fit
-    seen: set = set()
-    plans = list(candidates(base, model, cluster, pinned))
-    for done, plan in enumerate(plans):
-        if progress is not None and done % 64 == 0:
-            progress(done, len(plans))
-        resolved = _launchable(plan, model, cluster)
-        if isinstance(resolved, str):
-            invalid += 1
-            if len(reasons) < 3:
-                reasons[resolved] = None
-            continue
-        key = _identity(resolved)
-        if key in seen:
-            continue  # the same plan as one already costed (e.g. ZeRO 1/2/3 on one GPU)
-        seen.add(key)
-        evaluated += 1
-        if not fits_memory(model, cluster, resolved):
-            no_memory += 1
-            too_big.append(resolved)
-            continue
-        fitting.append(step_parts(model, cluster, resolved))
+    sweep = _Sweep()
+    sweep.run(list(candidates(base, model, cluster, pinned)), model, cluster, progress)
+    if not sweep.fitting:
+        sweep.run(list(candidates(base, model, cluster, pinned, offload=True)), model, cluster,
+                  progress)
+    fitting, too_big = sweep.fitting, sweep.too_big
 
     def key_of(step_s: float, plan) -> float:
         return score_step(step_s, plan, objective, price_per_gpu_hour, cluster.num_gpus,
@@ -169,8 +198,44 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
     scores = tuple(score(e, objective, price_per_gpu_hour, cluster.num_gpus, train_tokens)
                    for e in ranked)
     closest = () if ranked else _closest(model, cluster, too_big)
-    return SearchResult(ranked, evaluated, invalid, no_memory, time.perf_counter() - start,
-                        objective, scores, closest=closest, invalid_reasons=tuple(reasons))
+    return SearchResult(ranked, sweep.evaluated, sweep.invalid, len(too_big),
+                        time.perf_counter() - start, objective, scores, closest=closest,
+                        invalid_reasons=tuple(sweep.reasons))
+
+
+@dataclass
+class _Sweep:
+    """Plans resolved, deduplicated and checked for memory so far, with the counts reported."""
+
+    fitting: list[StepParts] = field(default_factory=list)
+    too_big: list = field(default_factory=list)
+    """Resolved plans that do not fit."""
+    reasons: dict[str, None] = field(default_factory=dict)
+    seen: set = field(default_factory=set)
+    invalid: int = 0
+    evaluated: int = 0
+
+    def run(self, plans: list[TrainingPlan], model: ModelSpec, cluster: Cluster,
+            progress: Callable[[int, int], None] | None) -> None:
+        """Resolve, deduplicate and memory-check `plans`; cost the step parts of those that fit."""
+        for done, plan in enumerate(plans):
+            if progress is not None and done % 64 == 0:
+                progress(done, len(plans))
+            resolved = _launchable(plan, model, cluster)
+            if isinstance(resolved, str):
+                self.invalid += 1
+                if len(self.reasons) < 3:
+                    self.reasons[resolved] = None
+                continue
+            key = _identity(resolved)
+            if key in self.seen:
+                continue  # the same plan as one already costed (e.g. ZeRO 1/2/3 on one GPU)
+            self.seen.add(key)
+            self.evaluated += 1
+            if not fits_memory(model, cluster, resolved):
+                self.too_big.append(resolved)
+                continue
+            self.fitting.append(step_parts(model, cluster, resolved))
 
 
 def _best(model: ModelSpec, cluster: Cluster, fitting: list[StepParts],
@@ -220,10 +285,20 @@ def why_winner(result: SearchResult) -> str:
         if not result.ranked:
             return "no plan fits"
         return "only one plan fits" if fitting < 2 else f"the best of {fitting} plans that fit"
-    a, b = result.ranked[0], result.ranked[1]
-    margin = a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu - 1
-    gaps = {k: b.breakdown.get(k, 0) / b.step_time_s - a.breakdown.get(k, 0) / a.step_time_s
+    return why_better(result.ranked[0], result.ranked[1])
+
+
+def share_gaps(a: StepEstimate, b: StepEstimate) -> dict[str, float]:
+    """Per breakdown part: its share of b's step minus its share of a's (positive: a spends
+    less of its step there)."""
+    return {k: b.breakdown.get(k, 0) / b.step_time_s - a.breakdown.get(k, 0) / a.step_time_s
             for k in a.breakdown}
+
+
+def why_better(a: StepEstimate, b: StepEstimate) -> str:
+    """One line: by how much plan `a` beats plan `b` per GPU, and the biggest reason."""
+    margin = a.tokens_per_s_per_gpu / b.tokens_per_s_per_gpu - 1
+    gaps = share_gaps(a, b)
     key = max(gaps, key=gaps.get)
     return (f"the best plan is {margin:.1%} faster than the runner-up; its largest edge: "
             f"{gaps[key]:.1%} less of the step in {key.replace('_', ' ')}")

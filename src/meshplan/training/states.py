@@ -69,6 +69,14 @@ class StageParams:
     """The largest FSDP unit per GPU (a layer, the embedding or the LM head), unsharded."""
 
 
+def updated_params(params: StageParams, plan: ResolvedPlan) -> float:
+    """Parameters one GPU of the stage updates: its shard when data parallelism shards the
+    optimizer (or more), else all it holds."""
+    if plan.dp_sharding == "none":
+        return params.dense + params.expert
+    return params.dense / plan.shard_group + params.expert / plan.expert_dp
+
+
 def layer_split(model: ModelSpec, i: int, plan: ResolvedPlan) -> tuple[float, float]:
     """(dense, expert) parameters of layer i per GPU."""
     lp = counts.layer_params(model.layers[i], model)

@@ -9,8 +9,9 @@ from meshplan.model.counts import layer_kinds
 from meshplan.training import finetune
 from meshplan.training.context import CostContext
 from meshplan.training.layer_time import LayerTime, layer_time
-from meshplan.training.offload import offload_time
-from meshplan.training.states import layer_split, state_bytes
+from meshplan.training.offload import offload_time, swapped_bytes
+from meshplan.training.offload_copies import chunk_offload_exposed, param_store_bytes_per_s
+from meshplan.training.states import layer_split, stage_params, state_bytes, updated_params
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0
 """Adam step traffic: read fp32 master, grad, two moments (16); write master, moments (12);
@@ -28,15 +29,18 @@ class ChunkTime:
     ep_s: float
     cp_exposed_s: float
     fsdp_exposed_s: float
+    offload_exposed_s: float = 0.0
+    """Host<->GPU copies of offloaded activations and parameters not hidden (forward + backward)."""
 
 
 NOT_LAYER_FIELDS = frozenset({
     "dp", "pp", "vpp", "shard_group", "expert_dp", "global_batch_size", "num_microbatches",
     "chunk_layers", "dp_sharding", "schedule", "optimizer", "offload_optimizer", "rank_order",
-    "chosen", "warnings"})
+    "offload_activations", "offload_params", "offload_target", "chosen", "warnings"})
 """Resolved-plan fields one decoder layer's time does not read: pipeline depth, batch count and
 sharding act on whole chunks and stages, and where the layout puts the tensor-, context- and
-expert-parallel groups is in the key through their placements. A field missing here is part of
+expert-parallel groups is in the key through their placements; offload copies are costed per chunk around the cached layer
+times (`training.offload_copies`). A field missing here is part of
 the key: a new plan field is assumed to matter until listed."""
 _LAYER_TIMES: dict = {}
 
@@ -46,6 +50,7 @@ def _layer_key(ctx: CostContext) -> tuple:
     fields = tuple(getattr(p, f) for f in p.__dataclass_fields__ if f not in NOT_LAYER_FIELDS)
     return (id(ctx.model), id(ctx.cluster), ctx.c, ctx.comm, ctx.k, ctx.clock, ctx.tokens,
             ctx.act_width, ctx.gemm_dtype, ctx.full_recompute_share, ctx.kernel_profile,
+            ctx.attention_load,
             g.tp, g.cp, g.ep, fields)
 
 
@@ -155,9 +160,12 @@ def _chunk_time(ctx: CostContext, chunk: tuple[int, ...], cache: dict, first: bo
     b = sum(t.backward_s for t in times)
     ef, eb = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
     fsdp_f, fsdp_b = _fsdp_exposed(ctx, list(chunk), f + ef, b + eb)
-    return ChunkTime(f + ef + fsdp_f, b + eb + fsdp_b, sum(t.weight_grad_s for t in times),
-                     sum(t.tp_exposed_s for t in times), sum(t.ep_comm_s for t in times),
-                     sum(t.cp_exposed_s for t in times), fsdp_f + fsdp_b)
+    off_f, off_b = chunk_offload_exposed(ctx, chunk, [t.forward_s for t in times],
+                                         [t.backward_s for t in times])
+    return ChunkTime(f + ef + fsdp_f + off_f, b + eb + fsdp_b + off_b,
+                     sum(t.weight_grad_s for t in times), sum(t.tp_exposed_s for t in times),
+                     sum(t.ep_comm_s for t in times), sum(t.cp_exposed_s for t in times),
+                     fsdp_f + fsdp_b, off_f + off_b)
 
 
 def p2p_seconds(ctx: CostContext) -> float:
@@ -192,16 +200,16 @@ def dp_seconds(ctx: CostContext, stage: int, overlap_window: float) -> tuple[flo
 
 def optimizer_seconds(ctx: CostContext, stage: int, backward_s: float = 0.0) -> float:
     """The optimizer step: memory-bound over the parameters this GPU updates; with optimizer
-    offload, the host's CPU-Adam step and the PCIe copies around it (see `training.offload`),
-    `backward_s` being one micro-batch's backward on this stage."""
+    offload, the host's CPU-Adam step, the NVMe swap (ZeRO-Infinity) and the PCIe copies around
+    it (see `training.offload`), `backward_s` being one micro-batch's backward on this stage."""
     p = ctx.plan
-    params = finetune.trainable_stage_params(ctx.model, p, stage)
-    local = params.dense + params.expert
-    if p.dp_sharding != "none":
-        local = params.dense / p.shard_group + params.expert / p.expert_dp
+    local = updated_params(finetune.trainable_stage_params(ctx.model, p, stage), p)
     if p.offload_optimizer:
-        c = ctx.cluster
-        return offload_time(c.gpu.name, c.gpus_per_node, c.num_gpus, local, p.num_microbatches,
-                            backward_s, state_bytes(p, ctx.model.hidden_size).gradients,
-                            ctx.k.dp_exposed_floor).total_s
-    return ctx.memory(local * OPTIMIZER_BYTES_PER_PARAM, kernels=8)
+        per_param = state_bytes(p, ctx.model.hidden_size)
+        return offload_time(ctx.cluster, local, p.num_microbatches, backward_s, per_param.gradients,
+                            ctx.k.dp_exposed_floor, swapped_bytes=swapped_bytes(per_param),
+                            target=p.offload_target, params_offloaded=p.offload_params).total_s
+    step = ctx.memory(local * OPTIMIZER_BYTES_PER_PARAM, kernels=8)
+    if p.offload_params:  # the updated 16-bit shard goes back to its host tier
+        step += local * ctx.act_width / param_store_bytes_per_s(ctx)
+    return step

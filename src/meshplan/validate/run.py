@@ -120,6 +120,14 @@ def error_stats(rel_errors: list[float]) -> dict:
             "p90_abs_rel_error": p90}
 
 
+def stats_line(s: dict) -> str:
+    """`n=.. median |err| ..  p90 |err| ..` of one error_stats dict ("no rows" when empty)."""
+    if not s["n"]:
+        return "no rows"
+    return (f"n={s['n']}  median |err| {s['median_abs_rel_error']:.1%}  "
+            f"p90 |err| {s['p90_abs_rel_error']:.1%}")
+
+
 def _stats(rows: list[Row]) -> dict:
     return error_stats([r.rel_error for r in rows])
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 STRICT = ConfigDict(frozen=True, extra="forbid")
 
@@ -64,13 +64,45 @@ class Workload(BaseModel):
 
 
 class Disaggregated(BaseModel):
-    """Prefill/decode disaggregation of a serving deployment."""
+    """Prefill/decode disaggregation of a serving deployment.
+
+    A phase-pool record (docs/run-records-phase-pools.md) measures one pool alone: the other
+    side's `*_gpus` is null ("not part of the measurement") and its `*_tp` may be null too.
+    A prefill pool's requests end with the token their prefill samples; a decode pool's
+    requests arrive with their prompt's KV already present (context = `input_len`) and only
+    decode, at the workload's concurrency."""
 
     model_config = STRICT
-    prefill_gpus: int = Field(ge=1)
-    decode_gpus: int = Field(ge=1)
-    prefill_tp: int = Field(ge=1)
-    decode_tp: int = Field(ge=1)
+    prefill_gpus: int | None = Field(ge=1)
+    decode_gpus: int | None = Field(ge=1)
+    prefill_tp: int | None = Field(None, ge=1)
+    decode_tp: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _sides(self) -> "Disaggregated":
+        if self.prefill_gpus is None and self.decode_gpus is None:
+            raise ValueError("prefill_gpus and decode_gpus are both null; null marks the one pool "
+                             "that is not part of the measurement")
+        for side in ("prefill", "decode"):
+            if getattr(self, f"{side}_gpus") is not None and getattr(self, f"{side}_tp") is None:
+                raise ValueError(f"{side}_tp is required when {side}_gpus is given")
+        return self
+
+    @property
+    def phase(self) -> str | None:
+        """The one pool measured ("prefill" or "decode"); None when both are."""
+        if self.decode_gpus is None:
+            return "prefill"
+        return "decode" if self.prefill_gpus is None else None
+
+
+PHASE_METRICS = {
+    "prefill": ("input_tokens_per_s", "requests_per_s", "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99"),
+    "decode": ("output_tokens_per_s", "requests_per_s", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99",
+               "itl_ms_p50", "e2e_ms_mean"),
+}
+"""What a phase-pool record may state: a prefill pool's prompt throughput and time to first
+token; a decode pool's token throughput and per-token latencies at its concurrency and context."""
 
 
 class Slo(BaseModel):
@@ -122,6 +154,7 @@ class Measured(BaseModel):
     flops_formula: str | None = None
     output_tokens_per_s: float | None = Field(None, gt=0)
     total_tokens_per_s: float | None = Field(None, gt=0)
+    input_tokens_per_s: float | None = Field(None, gt=0)
     requests_per_s: float | None = Field(None, gt=0)
     ttft_ms_mean: float | None = Field(None, gt=0)
     ttft_ms_p50: float | None = Field(None, gt=0)
@@ -147,3 +180,16 @@ class Record(BaseModel):
     serving: Serving | None = None
     measured: Measured
     notes: Any = None
+
+    @model_validator(mode="after")
+    def _phase_metrics(self) -> "Record":
+        dis = self.serving.disaggregated if self.serving else None
+        phase = dis.phase if dis else None
+        if phase is None:
+            return self
+        allowed = PHASE_METRICS[phase]
+        stray = [k for k, v in self.measured.model_dump(exclude_none=True).items() if k not in allowed]
+        if stray:
+            raise ValueError(f"a {phase}-pool record (serving.disaggregated with the other side null) "
+                             f"cannot state {', '.join(stray)}; it may state {', '.join(allowed)}")
+        return self

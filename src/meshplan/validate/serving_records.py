@@ -16,7 +16,7 @@ from meshplan.validate.schema import Record
 
 SERVING_METRICS = ("output_tokens_per_s", "total_tokens_per_s", "requests_per_s", "ttft_ms_mean",
                    "ttft_ms_p50", "ttft_ms_p99", "tpot_ms_mean", "tpot_ms_p50", "tpot_ms_p99",
-                   "itl_ms_p50", "e2e_ms_mean")
+                   "itl_ms_p50", "e2e_ms_mean", "input_tokens_per_s")
 """Measured serving keys the simulator predicts (max_request_rate_under_slo needs the
 capacity search of `serve plan`)."""
 
@@ -55,7 +55,7 @@ def _plan(record: Record, model: ModelSpec) -> ServingPlan:
     budget = s.max_num_batched_tokens
     if static and not budget:  # one static batch: the whole batch's prompts in one step
         budget = s.max_num_seqs * (s.workload.input_len or 1)
-    dis = Disaggregation(**s.disaggregated.model_dump()) if s.disaggregated else None
+    dis = Disaggregation(**s.disaggregated.model_dump(exclude_none=True)) if s.disaggregated else None
     return ServingPlan(engine="vllm" if s.engine == "other" else s.engine,
                        engine_version=s.engine_version, tp=tp, pp=pp, ep=ep, dp=dp,
                        replicas=replicas, weights_dtype=s.weights_dtype or "bf16",
@@ -90,6 +90,7 @@ def predict_serving(case: ServingCase, engine=None) -> dict[str, float]:
     """Simulated values of every serving metric the record could carry."""
     m = simulate(case.model, case.cluster, case.plan, case.workload, engine=engine).metrics
     return {"output_tokens_per_s": m.output_tokens_per_s, "total_tokens_per_s": m.total_tokens_per_s,
+            "input_tokens_per_s": m.input_tokens_per_s,
             "requests_per_s": m.requests_per_s, "ttft_ms_mean": m.ttft_ms.mean,
             "ttft_ms_p50": m.ttft_ms.p50, "ttft_ms_p99": m.ttft_ms.p99, "tpot_ms_mean": m.tpot_ms.mean,
             "tpot_ms_p50": m.tpot_ms.p50, "tpot_ms_p99": m.tpot_ms.p99, "itl_ms_p50": m.itl_ms.p50,

@@ -28,6 +28,7 @@ PREQUANTIZED_HINTS = {
 """Name fragments that mark a checkpoint as already quantized to that weight dtype."""
 
 DRAFT_VARIABLE = "DRAFT_MODEL"
+LORA_VARIABLE = "LORA_ADAPTERS"
 STOP_ALL = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # stop the servers with the script"
 
 
@@ -55,6 +56,9 @@ def _pools(plan: ServingPlan) -> list[tuple[str, int, int, int]]:
     dis = plan.disaggregated
     if dis is None:
         return [("server", plan.replicas, plan.tp, plan.gpus_per_replica)]
+    if dis.phase is not None:
+        raise ConfigError(f"the plan deploys only a {dis.phase} pool (a phase-pool measurement); "
+                          f"a launchable deployment needs both prefill_gpus and decode_gpus")
     if plan.dp > 1:
         raise ConfigError(f"dp={plan.dp} with disaggregated pools: the pools size each instance as "
                           f"its tp x pp GPUs; set dp=1 or serve without disaggregation")
@@ -190,6 +194,15 @@ def speculative_lines(plan: ServingPlan, method: str) -> list[str]:
             f"# Below: {method}, which needs a draft model trained for this model; set {DRAFT_VARIABLE}.",
             f'{DRAFT_VARIABLE}="${{{DRAFT_VARIABLE}:?set {DRAFT_VARIABLE} to a draft model '
             f'trained for the served model}}"']
+
+
+def lora_lines(plan: ServingPlan, slots: int, flag: str) -> list[str]:
+    """Comment and variable lines of a multi-LoRA plan: the adapters are the user's to name."""
+    return [f"# LoRA: the plan serves {plan.lora_adapters} adapters of rank <= {plan.lora_rank}, at most "
+            f"{slots} in one batch (resident on the GPUs).",
+            f"# {flag} takes them as NAME=PATH words; set {LORA_VARIABLE}, e.g. "
+            f'{LORA_VARIABLE}="a1=/adapters/a1 a2=/adapters/a2".',
+            f'{LORA_VARIABLE}="${{{LORA_VARIABLE}:?set {LORA_VARIABLE} to the adapters as NAME=PATH words}}"']
 
 
 def quantization_note(model: str, plan: ServingPlan, engine: str) -> tuple[bool, list[str]]:

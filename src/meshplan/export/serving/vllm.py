@@ -22,6 +22,13 @@ Where each flag comes from:
   SpeculativeMethod include ngram, eagle, eagle3, medusa, mlp_speculator, draft_model, mtp:
   https://docs.vllm.ai/en/v0.11.0/api/vllm/config/speculative.html) and --kv-transfer-config
   (KVTransferConfig: kv_connector, kv_role in kv_producer, kv_consumer, kv_both).
+- LoRAConfig group: --enable-lora, --max-loras, --max-lora-rank (one of 1, 8, 16, 32, 64, 128,
+  256, 320, 512), --max-cpu-loras; FrontendArgs: --lora-modules NAME=PATH ...
+  (docs/features/lora.md).
+- KV offload to CPU (kv_offload=cpu): LMCache's vLLM connector, --kv-transfer-config
+  {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"} with LMCACHE_LOCAL_CPU,
+  LMCACHE_MAX_LOCAL_CPU_SIZE (GiB per worker) and LMCACHE_CHUNK_SIZE (LMCache docs, vLLM
+  integration; needs pip install lmcache).
 - Disaggregated prefill: NixlConnector with kv_role kv_both on both pools, a distinct
   VLLM_NIXL_SIDE_CHANNEL_PORT per instance on a host, and the test proxy
   tests/v1/kv_connector/nixl_integration/toy_proxy_server.py (--port, --prefiller-hosts,
@@ -36,18 +43,24 @@ import json
 from meshplan import __version__
 from meshplan.errors import ConfigError
 from meshplan.export.serving._common import (
-    DRAFT_VARIABLE, FIRST_SIDE_PORT, STOP_ALL, Flags, Instance, Raw, activation_dtype, check_model,
-    command, double_quoted, gpu_words, kv_dtype_error, layout, plan_lines, quantization_note,
-    speculative_lines,
+    DRAFT_VARIABLE, FIRST_SIDE_PORT, LORA_VARIABLE, STOP_ALL, Flags, Instance, Raw, activation_dtype,
+    check_model, command, double_quoted, gpu_words, kv_dtype_error, layout, lora_lines, plan_lines,
+    quantization_note, speculative_lines,
 )
+from meshplan.serving.lora import lora_slots
 from meshplan.serving.plan import ServingPlan
 
 TARGET_VERSION = "vLLM 0.11 (vllm-project/vllm main @ 99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b)"
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 """vLLM's BlockSize literal (vllm/config/cache.py)."""
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""Values vLLM's LoRAConfig accepts for --max-lora-rank (vllm/config/lora.py MaxLoRARanks)."""
 SPECULATIVE_METHOD = "eagle3"
 KV_CONNECTOR = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+LMCACHE_CONNECTOR = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+LMCACHE_CHUNK_TOKENS = 256
+"""LMCache's default chunk size (LMCACHE_CHUNK_SIZE), written out."""
 ROUTER_NOTES = {"round-robin": "",
                 "least-outstanding": " (each request to the replica with the fewest in flight)",
                 "prefix-affinity": " (requests sharing a prefix or session go to the same replica)"}
@@ -118,14 +131,43 @@ def _speculative_flags(plan: ServingPlan) -> Flags:
     return [("--speculative-config", double_quoted(json.dumps(config)))]
 
 
+def _lora_flags(plan: ServingPlan) -> Flags:
+    """--enable-lora with the plan's slots and rank; every adapter kept in host memory
+    (--max-cpu-loras), as the plan models them; the adapters themselves from LORA_ADAPTERS."""
+    if not plan.lora_adapters:
+        return []
+    rank = next((r for r in LORA_RANKS if r >= plan.lora_rank), None)
+    if rank is None:
+        raise ConfigError(f"lora_rank={plan.lora_rank}: vLLM's --max-lora-rank is at most {LORA_RANKS[-1]}")
+    slots = lora_slots(plan)
+    return [("--enable-lora", None), ("--max-loras", slots), ("--max-lora-rank", rank),
+            ("--max-cpu-loras", max(slots, plan.lora_adapters)), ("--lora-modules", Raw(f"${LORA_VARIABLE}"))]
+
+
+def _lmcache_env(plan: ServingPlan) -> dict[str, object]:
+    """LMCache's CPU backend for kv_offload=cpu: its size per GPU worker in GiB (LMCache's
+    default, 5, when the plan gives a hit rate instead of a size)."""
+    if plan.disaggregated is not None:
+        raise ConfigError("kv_offload='cpu' with disaggregated pools: vLLM takes one --kv-transfer-config "
+                          "connector (NixlConnector for the pools); drop one of them")
+    env: dict[str, object] = {"LMCACHE_LOCAL_CPU": "True", "LMCACHE_CHUNK_SIZE": LMCACHE_CHUNK_TOKENS}
+    if plan.kv_cpu_bytes is not None:
+        env["LMCACHE_MAX_LOCAL_CPU_SIZE"] = f"{plan.kv_cpu_bytes / plan.gpus_per_replica / 2**30:.1f}"
+    return env
+
+
 def _instance_command(model: str, plan: ServingPlan, inst: Instance, position: int, host: str,
                       shared: Flags, background: bool) -> list[str]:
     env: dict[str, object] = {"CUDA_VISIBLE_DEVICES": Raw(",".join(map(str, inst.gpus)))}
     flags: Flags = [("--host", host), ("--port", inst.port)] + _parallel_flags(plan, inst.tp) + shared
+    if plan.kv_offload == "cpu":
+        env.update(_lmcache_env(plan))
     if inst.role != "server":
         # Each instance on a host needs its own NIXL handshake port (a DP rank adds its rank).
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = FIRST_SIDE_PORT["nixl"] + 100 * position
         flags.append(("--kv-transfer-config", json.dumps(KV_CONNECTOR)))
+    elif plan.kv_offload == "cpu":
+        flags.append(("--kv-transfer-config", json.dumps(LMCACHE_CONNECTOR)))
     return [f"# {inst.role} {inst.index}: {gpu_words(inst)}, port {inst.port}"] + \
         command(["vllm", "serve", model], flags, env=env, background=background)
 
@@ -170,7 +212,7 @@ def export(model: str, plan: ServingPlan, *, port: int = 8000, host: str = "0.0.
     model = check_model(model)
     instances = layout(plan, port)
     dtype_flags, dtype_notes = _dtype_flags(model, plan)
-    shared = dtype_flags + _knob_flags(plan) + _speculative_flags(plan)
+    shared = dtype_flags + _knob_flags(plan) + _speculative_flags(plan) + _lora_flags(plan)
     lines = ["#!/usr/bin/env bash",
              f"# vLLM launch script generated by meshplan {__version__}",
              f"# Target: {TARGET_VERSION}"]
@@ -179,6 +221,12 @@ def export(model: str, plan: ServingPlan, *, port: int = 8000, host: str = "0.0.
     lines += ["set -euo pipefail"] + ([STOP_ALL] if several else [])
     if plan.speculative_tokens:
         lines += speculative_lines(plan, f"an EAGLE-3 head (vLLM method {SPECULATIVE_METHOD})")
+    if plan.lora_adapters:
+        lines += lora_lines(plan, lora_slots(plan), "--lora-modules")
+    if plan.kv_offload == "cpu":
+        lines.append("# kv_offload=cpu: LMCache's CPU backend (pip install lmcache)" +
+                     ("." if plan.kv_cpu_bytes is not None else
+                      "; the plan gave a hit rate, not a size: LMCache's default size applies."))
     for position, inst in enumerate(instances):
         lines += [""] + _instance_command(model, plan, inst, position, host, shared, several)
     if several:

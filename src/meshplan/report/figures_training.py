@@ -1,0 +1,86 @@
+"""Figures of one training plan: memory per pipeline stage, where the step time goes, and the
+pipeline schedule as a Gantt chart (the same events as the Chrome trace of `trace.py`).
+
+Each builder is a pure function from a library result to a `plotly.graph_objects.Figure`;
+plotly is imported when a builder runs (the `viz` extra). Values are plain lists in SI-derived
+display units (GiB, s, ms) so the figure's JSON reads as numbers.
+"""
+
+from __future__ import annotations
+
+from meshplan.report.trace import chrome_trace
+from meshplan.report.viz import graph_objects
+from meshplan.training.estimate import StepEstimate
+from meshplan.training.memory import MemoryEstimate
+
+GIB = 2**30
+MEMORY_PARTS = (("weights", "weights_bytes"), ("gradients", "gradients_bytes"),
+                ("master weights", "master_weights_bytes"), ("optimizer states", "optimizer_bytes"),
+                ("activations", "activations_bytes"), ("logits and loss", "logits_bytes"),
+                ("comm buffers", "buffers_bytes"), ("workspaces", "workspace_bytes"),
+                ("fragmentation", "fragmentation_bytes"), ("CUDA context", "cuda_context_bytes"))
+"""Every component a StageMemory carries, bottom to top of each stacked bar."""
+
+
+def memory_figure(estimate: MemoryEstimate, title: str = "Memory per GPU by pipeline stage"):
+    """Stacked bars (GiB) of each stage's peak memory by component; the GPU's memory as a
+    horizontal line (the figure's first layout shape)."""
+    go = graph_objects()
+    stages = [f"stage {s.stage}" for s in estimate.stages]
+    fig = go.Figure()
+    for label, field in MEMORY_PARTS:
+        values = [getattr(s, field) / GIB for s in estimate.stages]
+        if any(values):
+            fig.add_trace(go.Bar(name=label, x=stages, y=values))
+    capacity = estimate.gpu_memory_bytes / GIB
+    fig.add_hline(y=capacity, line_dash="dash", line_color="black",
+                  annotation_text=f"GPU memory {capacity:.1f} GiB")
+    fig.update_layout(barmode="stack", title=title, yaxis_title="GiB per GPU",
+                      legend_traceorder="reversed")
+    return fig
+
+
+def breakdown_figure(est: StepEstimate, title: str = "Where the step time goes"):
+    """One horizontal bar per nonzero part of the step (seconds on the critical stage), with its
+    share of the step time."""
+    go = graph_objects()
+    parts = [(name, seconds) for name, seconds in est.breakdown.items() if seconds > 0]
+    labels = [name.replace("_", " ") for name, _ in parts]
+    seconds = [float(s) for _, s in parts]
+    shares = [f"{s / est.step_time_s:.1%}" for s in seconds]
+    fig = go.Figure(go.Bar(x=seconds, y=labels, orientation="h", text=shares,
+                           textposition="auto", name="seconds"))
+    fig.update_layout(title=f"{title}: {est.step_time_s:.3f} s per step", xaxis_title="seconds",
+                      yaxis={"autorange": "reversed"})
+    return fig
+
+
+def gantt_figure(trace: dict, title: str = "Pipeline schedule"):
+    """A Gantt chart of a Chrome trace (`chrome_trace`): one row per (stage, stream), one bar per
+    complete event, one legend entry per event category (F, B, W, send, tp comm, ...)."""
+    go = graph_objects()
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    lanes = {key: f"stage {key[0]} {name}" for key, name in sorted(threads.items())}
+    by_cat: dict[str, list[dict]] = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X":
+            by_cat.setdefault(e["cat"], []).append(e)
+    fig = go.Figure()
+    for cat, events in by_cat.items():
+        fig.add_trace(go.Bar(
+            name=cat, orientation="h", y=[lanes[(e["pid"], e["tid"])] for e in events],
+            base=[e["ts"] / 1e3 for e in events], x=[e["dur"] / 1e3 for e in events],
+            hovertext=[e["name"] for e in events], hoverinfo="text+x"))
+    fig.update_layout(title=title, barmode="overlay", xaxis_title="ms from step start",
+                      yaxis={"autorange": "reversed", "categoryorder": "array",
+                             "categoryarray": list(lanes.values())})
+    return fig
+
+
+def timeline_figure(est: StepEstimate, title: str = "Pipeline schedule"):
+    """The step's pipeline as a Gantt chart: compute (F/B/W), p2p sends, exposed TP and DP
+    communication per stage. Needs an estimate made with `with_events=True`."""
+    from meshplan.training.estimate_report import trace_extras
+
+    return gantt_figure(chrome_trace(est.pipeline.events, extra=trace_extras(est)), title)

@@ -1,0 +1,84 @@
+"""HTML report pages of the training commands: memory, estimate, plan search and sweep.
+
+Each function turns library results into a `Report` (headline numbers, figures, text); the
+caller gives the command and its inputs and writes it with `html.write_html`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from meshplan.report import figures_plan as fp
+from meshplan.report import figures_training as ft
+from meshplan.report.html import Report, Section
+from meshplan.training.estimate import StepEstimate
+from meshplan.training.memory import MemoryEstimate
+from meshplan.training.search import SearchResult
+
+GIB = 2**30
+
+
+def memory_headline(estimate: MemoryEstimate) -> list[tuple[str, str]]:
+    """Peak stage, its memory against the GPU's, and the verdict."""
+    peak, cap = estimate.peak_stage, estimate.gpu_memory_bytes
+    return [("verdict", "FITS" if estimate.fits else "DOES NOT FIT"),
+            ("peak stage", str(peak.stage)),
+            ("peak memory per GPU", f"{peak.total_bytes / GIB:.1f} GiB"),
+            ("GPU memory", f"{cap / GIB:.1f} GiB"),
+            ("headroom", f"{(cap - peak.total_bytes) / GIB:+.1f} GiB")]
+
+
+def _plan_notes(estimate: MemoryEstimate) -> list[str]:
+    return ([f"chose {field} = {why}" for field, why in estimate.plan.chosen.items()]
+            + [f"warning: {w}" for w in estimate.plan.warnings])
+
+
+def memory_page(estimate: MemoryEstimate, title: str, command: str, inputs: Mapping) -> Report:
+    """`train memory`: the verdict and the stacked memory bars per stage."""
+    return Report(title=title, command=command, inputs=inputs, headline=memory_headline(estimate),
+                  notes=_plan_notes(estimate),
+                  sections=[Section(title="Memory per stage", figure=ft.memory_figure(estimate))])
+
+
+def estimate_page(est: StepEstimate, title: str, command: str, inputs: Mapping) -> Report:
+    """`train estimate`: throughput, MFU, the time breakdown, the pipeline Gantt and memory.
+    `est` must carry its pipeline events (estimate_step(..., with_events=True))."""
+    headline = [("step time", f"{est.step_time_s:.3f} s"),
+                ("tokens/s per GPU", f"{est.tokens_per_s_per_gpu:,.0f}"),
+                ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),
+                ("pipeline bubble (mean over stages)", f"{est.pipeline.bubble_fraction:.1%}"),
+                *memory_headline(est.memory)]
+    sections = [Section(title="Step time breakdown", figure=ft.breakdown_figure(est)),
+                Section(title="Pipeline timeline", figure=ft.timeline_figure(est),
+                        text="One row per stage and stream, as in the Chrome trace (--trace)."),
+                Section(title="Memory per stage", figure=ft.memory_figure(est.memory))]
+    return Report(title=title, command=command, inputs=inputs, headline=headline,
+                  notes=_plan_notes(est.memory), sections=sections)
+
+
+def plan_page(results: Mapping[int, SearchResult], title: str, command: str, inputs: Mapping) -> Report:
+    """`train plan`: the ranked plans against GPUs with the Pareto frontier, the winner and the
+    runner-up side by side, and why the winner wins."""
+    ranked = fp.ranked_overall(results)
+    headline = [("cluster sizes", ", ".join(str(n) for n in results)),
+                ("plans evaluated", f"{sum(r.evaluated for r in results.values()):,}"),
+                ("plans ranked", str(len(ranked)))]
+    sections = [Section(title="Why the winner wins", text=fp.why_text(results))]
+    if ranked:
+        n, best = ranked[0]
+        headline += [("winner tokens/s per GPU", f"{best.tokens_per_s_per_gpu:,.0f}"),
+                     ("winner step time", f"{best.step_time_s:.3f} s"), ("winner MFU", f"{best.mfu:.1%}"),
+                     ("winner GPUs", str(n))]
+        sections.append(Section(title="Ranked plans", figure=fp.candidates_figure(results)))
+    if len(ranked) > 1:
+        sections.append(Section(title="Winner and runner-up",
+                                figure=fp.comparison_figure(ranked[0][1], ranked[1][1])))
+    return Report(title=title, command=command, inputs=inputs, headline=headline, sections=sections)
+
+
+def sweep_page(rows: Sequence[dict], title: str, command: str, inputs: Mapping) -> Report:
+    """`train sweep`: the best plan's tokens/s per GPU over cluster size, per model and GPU."""
+    ok = sum(r["status"] == "ok" for r in rows)
+    headline = [("cells", str(len(rows))), ("cells with a fitting plan", str(ok))]
+    return Report(title=title, command=command, inputs=inputs, headline=headline,
+                  sections=[Section(title="Throughput over cluster size", figure=fp.sweep_figure(rows))])

@@ -1,0 +1,154 @@
+"""`--html FILE` on every predicting command: one self-contained file (plotly.js inlined, no
+external script) whose figures carry the same numbers as the command's --json; a clear exit-2
+message when the viz extra is missing."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+
+from meshplan.cli.app import app
+from meshplan.report import viz
+
+runner = CliRunner()
+GIB = 2**30
+TRAIN = ("--model", "llama-3.2-1b", "--gpu", "h100-sxm-80gb", "--num-gpus", "8", "--pp", "2",
+         "--global-batch-size", "16", "--seq-len", "2048")
+SERVE = ("--model", "llama-3.2-1b", "--gpu", "h100-sxm-80gb", "--num-requests", "60",
+         "--input-len", "256", "--output-len", "32")
+FIGURE = re.compile(r'<script type="application/json" class="figure-data" data-target="[^"]+">(.*?)</script>', re.S)
+
+
+def run(*args, code: int = 0):
+    result = runner.invoke(app, [str(a) for a in args])
+    assert result.exit_code == code, result.output
+    return result
+
+
+def figures(path) -> list[dict]:
+    """The figures a report embeds, after checking it is self-contained."""
+    text = path.read_text(encoding="utf-8")
+    inlined = "Plotly.newPlot" in text and len(text) > 1_000_000  # plotly.js itself is in the file
+    external = re.findall(r"<script[^>]*\bsrc=[^>]*>", text)  # nothing loaded from elsewhere
+    assert inlined and external == []
+    return [json.loads(block) for block in FIGURE.findall(text)]
+
+
+def trace(figs: list[dict], name: str) -> dict:
+    return next(t for f in figs for t in f["data"] if t.get("name") == name)
+
+
+def test_train_memory_html_with_json(tmp_path):
+    out = tmp_path / "memory.html"
+    data = json.loads(run("train", "memory", *TRAIN, "--json", "--html", out).stdout)
+    figs = figures(out)
+    weights = trace(figs, "weights")["y"]
+    assert weights == pytest.approx([s["weights_bytes"] / GIB for s in data["stages"]])
+    assert figs[0]["layout"]["shapes"][0]["y0"] == pytest.approx(data["gpu_memory_bytes"] / GIB)
+
+
+def test_train_estimate_html_has_breakdown_gantt_and_memory(tmp_path):
+    out = tmp_path / "estimate.html"
+    data = json.loads(run("train", "estimate", *TRAIN, "--json", "--html", out).stdout)
+    breakdown, gantt, memory = figures(out)
+    shown = {k.replace("_", " "): v for k, v in data["breakdown"].items() if v > 0}
+    assert breakdown["data"][0]["y"] == list(shown) and breakdown["data"][0]["x"] == pytest.approx(list(shown.values()))
+    assert {t["name"] for t in gantt["data"]} >= {"F", "B"}
+    assert trace([memory], "activations")["y"] == pytest.approx(
+        [s["activations_bytes"] / GIB for s in data["memory"]["stages"]])
+
+
+def test_train_plan_html_scatter_is_the_ranked_plans(tmp_path):
+    out = tmp_path / "plan.html"
+    data = json.loads(run("train", "plan", "--model", "llama-3.2-1b", "--gpu", "h100-sxm-80gb",
+                          "--num-gpus", "8", "--global-batch-size", "32", "--seq-len", "2048",
+                          "--top", "3", "--json", "--html", out).stdout)
+    text = out.read_text()
+    assert "Why the winner wins" in text and "runner-up" in text
+    dots = trace(figures(out), "plans")
+    assert sorted(dots["y"]) == pytest.approx(sorted(p["tokens_per_s_per_gpu"] * 8 for p in data["plans"]))
+
+
+def test_train_sweep_html(tmp_path):
+    out = tmp_path / "sweep.html"
+    run("train", "sweep", "--models", "llama-3.2-1b", "--gpus", "h100-sxm-80gb", "--num-gpus", "8-16",
+        "--global-batch-tokens", "65536", "--workers", "1", "--out", tmp_path / "s.csv", "--html", out)
+    (line,) = figures(out)[0]["data"]
+    assert line["x"] == [8, 16] and all(y > 0 for y in line["y"])
+
+
+def test_serve_simulate_html(tmp_path):
+    out = tmp_path / "simulate.html"
+    data = json.loads(run("serve", "simulate", *SERVE, "--request-rate", "20", "--slo-ttft-ms", "500",
+                          "--json", "--html", out).stdout)
+    cdfs, activity, slo = figures(out)
+    ttft = cdfs["data"][0]["x"]
+    assert len(ttft) == data["metrics"]["completed"]
+    assert sorted(ttft) == ttft and ttft[0] > 0
+    assert [t["name"] for t in activity["data"]] == ["output tokens/s", "running", "waiting", "KV used"]
+    assert slo["data"][0]["y"][-1] == pytest.approx(
+        data["metrics"]["goodput_requests_per_s"] / data["metrics"]["requests_per_s"])
+
+
+def test_serve_sweep_html_with_slo_lines(tmp_path):
+    out = tmp_path / "sweep.html"
+    run("serve", "sweep", "--model", "llama-3.2-1b", "--gpu", "h100-sxm-80gb", "--rates", "2,8",
+        "--num-requests", "60", "--slo-ttft-ms", "300", "--html", out, "--csv", tmp_path / "c.csv")
+    (curve,) = figures(out)
+    rows = list(__import__("csv").DictReader((tmp_path / "c.csv").open()))
+    p90 = trace([curve], "TTFT p90")
+    assert p90["y"] == pytest.approx([float(r["ttft_ms_p90"]) for r in rows])
+    assert [s["y0"] for s in curve["layout"]["shapes"]] == [300]
+
+
+def test_serve_plan_html(tmp_path):
+    out = tmp_path / "plan.html"
+    data = json.loads(run("serve", "plan", "--model", "llama-3.2-1b", "--gpu", "h100-sxm-80gb",
+                          "--request-rate", "5", "--slo-ttft-ms", "500", "--max-gpus", "1",
+                          "--num-requests", "60", "--no-disaggregation", "--no-quantization",
+                          "--workers", "1", "--top", "2", "--json", "--html", out).stdout)
+    capacity = figures(out)[0]["data"][0]
+    assert capacity["y"] == pytest.approx([p["capacity_requests_per_s"] for p in data["plans"]])
+
+
+def test_validate_html(tmp_path):
+    record = {"id": "t1", "kind": "training", "source": {"name": "test", "key": "k"},
+              "model": "llama-3.2-1b", "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 8},
+              "training": {"framework": "megatron", "seq_length": 2048, "global_batch_size": 16,
+                           "micro_batch_size": 1, "tp": 1, "pp": 1},
+              "measured": {"tokens_per_s_per_gpu": 30000.0, "step_time_s": 0.15}}
+    path = tmp_path / "records.yaml"
+    path.write_text(yaml.safe_dump({"schema": 1, "records": [record]}))
+    out = tmp_path / "validate.html"
+    data = json.loads(run("validate", path, "--workers", "1", "--json", "--html", out).stdout)
+    scatter, groups = figures(out)
+    step = trace([scatter], "step_time_s")
+    row = next(r for r in data["records"] if r["metric"] == "step_time_s")
+    assert (step["x"], step["y"]) == ([row["measured"]], [pytest.approx(row["predicted"])])
+    assert groups["data"][0]["name"] == "k / h100-sxm-80gb"
+
+
+def test_missing_viz_extra_is_one_message_and_exit_2(tmp_path, monkeypatch):
+    real = viz.importlib.import_module
+
+    def no_plotly(name, *args):
+        if name.split(".")[0] in ("plotly", "jinja2"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *args)
+
+    monkeypatch.setattr(viz.importlib, "import_module", no_plotly)
+    out = tmp_path / "r.html"
+    result = run("train", "memory", *TRAIN, "--html", out, code=2)
+    assert "--html needs the viz extra: pip install 'meshplan[viz]'" in result.stderr
+    assert "Traceback" not in result.output and not out.exists()
+    assert result.stdout == ""  # stopped before computing anything
+
+
+def test_html_to_a_directory_is_a_clear_error(tmp_path):
+    result = run("train", "memory", *TRAIN, "--html", tmp_path, code=2)
+    assert "cannot use" in result.stderr
