@@ -1,6 +1,6 @@
 """LoRA / QLoRA fine-tuning: trainable parameters, memory, step time, errors and search.
 
-PEFT's exact counts are the torch tier's (tests/torch_tier/test_lora_vs_peft.py); here the
+PEFT's exact counts are the torch tier's (tests/torch_tier/test_finetune_lora_vs_peft.py); here the
 memory model meets the QLoRA paper's published figures and the ordering every engineer expects.
 """
 

@@ -91,14 +91,14 @@ def plan_command(
     dp_sharding: str = typer.Option(None, help="Pin data-parallel sharding."),
     schedule: str = typer.Option(None, help="Pin the pipeline schedule (megatron: 1f1b, interleaved; "
                                  "torchtitan: gpipe, 1f1b, interleaved)."),
-    doc_lengths: str = typer.Option(None, help=_field_help("doc_lengths") + " Adds the balance axis."),
-    balance: str = typer.Option(None, help="Pin document balancing (none, sort, per-doc-cp, reassign)."),
-    expert_skew: str = typer.Option(None, help=_field_help("expert_skew") + " Adds the moe_balance axis."),
-    moe_balance: str = typer.Option(None, help="Pin MoE balancing (none, aux-free, eplb)."),
     method: str = typer.Option("full", help="full, lora or qlora (fixed; the layout is searched)."),
     lora_rank: int = typer.Option(None, help="LoRA rank r (PEFT's default 8)."),
     lora_targets: str = typer.Option(None, help="Adapted linear layers, comma-separated (q,k,v,o,"
                                      "gate,up,down); default q,v."),
+    doc_lengths: str = typer.Option(None, help=_field_help("doc_lengths") + " Adds the balance axis."),
+    balance: str = typer.Option(None, help="Pin document balancing (none, sort, per-doc-cp, reassign)."),
+    expert_skew: str = typer.Option(None, help=_field_help("expert_skew") + " Adds the moe_balance axis."),
+    moe_balance: str = typer.Option(None, help="Pin MoE balancing (none, aux-free, eplb)."),
     objective: str = typer.Option("throughput", help="throughput, cost or time-to-train."),
     price_per_gpu_hour: float = typer.Option(None, help="USD per GPU-hour: adds $/step, $/Mtok (and "
                                              "the run's cost with --train-tokens); needed by --objective cost."),

@@ -124,7 +124,8 @@ def base_weight_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int,
 def model_states(model: ModelSpec, plan: ResolvedPlan, stage: int,
                  params: StageParams) -> dict[str, float]:
     """Weights (frozen base + adapters), gradients, master weights and optimizer states per GPU
-    of `stage`: the adapters' states by the framework's precision rules (`state_bytes`)."""
+    of `stage`: the adapters' states by the framework's precision rules (`state_bytes`), before
+    offload (`memory.offload_states`)."""
     per_param = state_bytes(plan, model.hidden_size)
     sharded = SHARDED_STATES[plan.dp_sharding]
     dense, expert = base_weight_bytes(model, plan, stage, params)
@@ -135,8 +136,6 @@ def model_states(model: ModelSpec, plan: ResolvedPlan, stage: int,
     for name in ("weights", "gradients", "master", "optimizer"):
         share = adapters / plan.shard_group if name in sharded else adapters
         out[name] = out.get(name, 0.0) + getattr(per_param, name) * share
-    if plan.offload_optimizer:
-        out["master"] = out["optimizer"] = 0.0
     return out
 
 

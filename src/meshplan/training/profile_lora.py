@@ -1,6 +1,6 @@
 """What a decoder layer saves for backward when its base is frozen and LoRA adapters train.
 
-Measured on Hugging Face models wrapped by PEFT (tests/torch_tier/test_lora_vs_peft.py checks
+Measured on Hugging Face models wrapped by PEFT (tests/torch_tier/test_finetune_lora_vs_peft.py checks
 this against `saved_tensors_hooks`): a frozen linear needs no weight gradient, so autograd no
 longer keeps its input, and a frozen norm weight no longer needs the normalised input. What the
 adapters keep instead: PEFT casts the input to the adapters' fp32 (its default

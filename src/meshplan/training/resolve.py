@@ -80,17 +80,17 @@ class ResolvedPlan:
     attention: str
     capacity_factor: float | None
     tp_comm_overlap: bool
+    method: str = "full"
+    """full, lora or qlora (see TrainingPlan.method)."""
+    lora_rank: int = 8
+    lora_targets: tuple[str, ...] = ()
+    """Adapted linear layers (fused names where the framework fuses them); () for full."""
     doc_lengths: str | None = None
     """Document-length spec (None: one document per sequence)."""
     balance: str = "none"
     expert_skew: str | None = None
     """Expert-share spec (None: the fitted dropless imbalance)."""
     moe_balance: str = "none"
-    method: str = "full"
-    """full, lora or qlora (see TrainingPlan.method)."""
-    lora_rank: int = 8
-    lora_targets: tuple[str, ...] = ()
-    """Adapted linear layers (fused names where the framework fuses them); () for full."""
     chosen: dict[str, str] = field(default_factory=dict)
     """Fields meshplan filled in, with the reason."""
     warnings: tuple[str, ...] = ()
@@ -404,7 +404,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         attention=_resolve_attention(plan, cluster, chosen),
         capacity_factor=plan.capacity_factor,
         tp_comm_overlap=_tp_overlap(plan, sp, chosen),
-        **_workload(plan, model, warnings),
         **_resolve_method(plan, model, chosen),
+        **_workload(plan, model, warnings),
         chosen=chosen, warnings=tuple(warnings),
     )
