@@ -179,6 +179,22 @@ def render_sweep_speed(d: dict) -> str:
             f"{', '.join(parts)}.\n")
 
 
+def render_ui_load(d: dict) -> str:
+    """Two sentences: estimate latency under a burst, and the plan-search jobs' completion."""
+    e, s = d["estimates"], d["searches"]
+    during = s["estimates_during"]
+    return (f"Load (`python benchmarks/ui_load.py`, a loopback server on this {d['cores']}-core machine, "
+            f"load average {d['load_average']:.1f} from other work when it ran): {e['n']} concurrent step "
+            f"estimates (all different plans) answer in p50 {e['p50_s'] * 1e3:.0f} ms, p99 "
+            f"{e['p99_s'] * 1e3:.0f} ms (target p99 < {d['target_p99_s'] * 1e3:.0f} ms; one at a time "
+            f"each takes p50 {e['one_at_a_time']['p50_s'] * 1e3:.0f} ms), {e['ok']} of {e['n']} "
+            f"answered. {s['submitted']} plan "
+            f"searches submitted at once: {s['done_with_plans']} done with plans, "
+            f"{s['failed_or_cancelled']} lost, each running {min(s['run_s']):.1f}-{max(s['run_s']):.1f} s "
+            f"after queueing up to {max(s['queued_s']):.1f} s, all in {s['wall_s']:.1f} s; estimates sent "
+            f"meanwhile answer in p50 {during['p50_s'] * 1e3:.0f} ms, p99 {during['p99_s'] * 1e3:.0f} ms.\n")
+
+
 @dataclass(frozen=True, slots=True)
 class Block:
     """A README block: the result files it is rendered from and the scripts that write them."""
@@ -203,6 +219,7 @@ BLOCKS: dict[str, Block] = {
     "site_calibration": Block(("site_calibration",), render_site_calibration),
     "validate_speed": Block(("validate_speed",), render_validate_speed),
     "sweep_speed": Block(("sweep_speed",), render_sweep_speed),
+    "ui_load": Block(("ui_load",), render_ui_load),
 }
 
 

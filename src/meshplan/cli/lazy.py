@@ -63,6 +63,8 @@ COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
               "Training runs: memory, step time, plan search, sweeps and launch configs."),
     "serve": (_group("serve", "serve_app", "serve", "serve_plan"),
               "Serving deployments: simulate traffic, plan, export launch commands."),
+    "ui": (_command("ui"),
+           "Serve the web app: pages per job, a JSON API (/openapi.json), background plan searches."),
 }
 """Root command -> (loader, the short help the root page shows)."""
 

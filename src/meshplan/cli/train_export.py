@@ -41,15 +41,20 @@ def export_command(
     """Print the engine's launch config (command line, TOML or JSON) for a plan. A plan searched
     for another framework is re-targeted: it exports when every field has an equivalent in the
     target, else the error lists each field that has none."""
-    data = read_plan_file(plan, index)
+    text, notes = export_entry(read_plan_file(plan, index), target)
+    for note in notes:
+        typer.echo(f"re-targeted {note}", err=True)
+    typer.echo(text.rstrip("\n"))
+
+
+def export_entry(data: dict, target: str) -> tuple[str, list[str]]:
+    """(launch config, re-targeting notes) of one plan entry ({model, hardware, plan})."""
     spec = load_model(data["model"])
     cluster = Cluster.build(**data["hardware"])
     if target not in EXPORTERS:
         raise UnknownNameError("export target", target, EXPORTERS)
     resolved, notes = retarget(build_plan(**data["plan"]), target, spec, cluster)
-    for note in notes:
-        typer.echo(f"re-targeted {note}", err=True)
-    typer.echo(export_plan(target, spec, cluster, resolved).rstrip("\n"))
+    return export_plan(target, spec, cluster, resolved), list(notes)
 
 
 def register(app: typer.Typer) -> None:

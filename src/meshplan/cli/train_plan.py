@@ -18,6 +18,7 @@ from meshplan.training import TrainingPlan
 from meshplan.training.capabilities import schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.economics import economics
+from meshplan.training.plan import TrainingPlan
 from meshplan.training.search import OBJECTIVE_UNITS, SearchResult, search, why_winner
 
 GIB = 2**30
@@ -112,36 +113,21 @@ def plan_command(
     """Search tp, pp, vpp, cp, ep, micro-batch, recompute and sharding; rank the plans that fit."""
     given = html_option.inputs(dict(locals()))
     html_option.check(html)
-    if objective not in OBJECTIVE_UNITS:
-        raise ConfigError(f"--objective {objective!r}: use throughput, cost or time-to-train")
-    _check_money(objective, price_per_gpu_hour, train_tokens)
-    spec = load_model(model)
-    if global_batch_size is None:
-        if global_batch_tokens is None:
-            raise ConfigError("give --global-batch-size (sequences) or --global-batch-tokens")
-        global_batch_size = max(1, global_batch_tokens // seq_len)
     pinned = {k: v for k, v in locals().items() if k in PINNABLE and v is not None}
-    if schedule is not None and schedule not in schedules_for(framework):
-        raise ConfigError(f"--schedule {schedule!r}: {framework} runs "
-                          f"{', '.join(schedules_for(framework)) or 'no pipeline schedule'}")
-    base = build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
-                      framework=framework, precision=precision, doc_lengths=doc_lengths,
-                      expert_skew=expert_skew, balance=balance, moe_balance=moe_balance,
-                      method=method, lora_rank=lora_rank, lora_targets=lora_targets)
+    base = search_inputs(objective, price_per_gpu_hour, train_tokens, seq_len, global_batch_size,
+                         global_batch_tokens, framework, precision, pinned, doc_lengths=doc_lengths,
+                         expert_skew=expert_skew, balance=balance, moe_balance=moe_balance,
+                         method=method, lora_rank=lora_rank, lora_targets=lora_targets)
+    spec = load_model(model)
     entries, searches, results = [], [], {}
     host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}
     for n in parse_counts(num_gpus):
         cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None, **host)
-        check_pins(pinned, n)
         with progress(f"searching {n} GPUs", show_progress(quiet, json_out)) as update:
-            result = search(spec, cluster, base, pinned, objective=objective, top=top,
-                            price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
-                            progress=update)
-        money = [economics(e.tokens_per_s_per_gpu, e.step_time_s, n, price_per_gpu_hour, train_tokens)
-                 for e in result.ranked]
-        entries += [plan_entry(e, model, cluster, s, m)
-                    for e, s, m in zip(result.ranked, result.scores, money)]
-        searches.append(_search_dict(result, n))
+            result, ranked, money = search_size(spec, model, cluster, base, pinned, objective, top,
+                                                price_per_gpu_hour, train_tokens, update)
+        entries += ranked
+        searches.append(search_dict(result, n))
         results[n] = result
         if not json_out:
             render(result, f"{spec.name} on {n} x {cluster.gpu.name}", cluster, money)
@@ -157,6 +143,39 @@ def plan_command(
 
     html_option.write(html, page)
     finish(bool(entries))  # exit 1 when no requested cluster size has a plan that fits
+
+
+def search_inputs(objective: str, price: float | None, tokens: float | None, seq_len: int,
+                  global_batch_size: int | None, global_batch_tokens: int | None, framework: str,
+                  precision: str, pinned: dict, **plan_fields) -> TrainingPlan:
+    """Check a search's inputs (objective and what it needs, batch, pinned schedule) and return
+    the base plan it searches from, with `plan_fields` (the workload's document lengths, expert
+    skew and balancing) set (`train plan` and the web app's plan page)."""
+    if objective not in OBJECTIVE_UNITS:
+        raise ConfigError(f"--objective {objective!r}: use throughput, cost or time-to-train")
+    _check_money(objective, price, tokens)
+    if global_batch_size is None:
+        if global_batch_tokens is None:
+            raise ConfigError("give --global-batch-size (sequences) or --global-batch-tokens")
+        global_batch_size = max(1, global_batch_tokens // seq_len)
+    schedule = pinned.get("schedule")
+    if schedule is not None and schedule not in schedules_for(framework):
+        raise ConfigError(f"--schedule {schedule!r}: {framework} runs "
+                          f"{', '.join(schedules_for(framework)) or 'no pipeline schedule'}")
+    return build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
+                      framework=framework, precision=precision, **plan_fields)
+
+
+def search_size(spec, model: str, cluster, base: TrainingPlan, pinned: dict, objective: str, top: int,
+                price: float | None, tokens: float | None, update=None) -> tuple[SearchResult, list, list]:
+    """Search one cluster size: (the result, its ranked `plan_entry` dicts, their economics)."""
+    check_pins(pinned, cluster.num_gpus)
+    result = search(spec, cluster, base, pinned, objective=objective, top=top,
+                    price_per_gpu_hour=price, train_tokens=tokens, progress=update)
+    money = [economics(e.tokens_per_s_per_gpu, e.step_time_s, cluster.num_gpus, price, tokens)
+             for e in result.ranked]
+    entries = [plan_entry(e, model, cluster, s, m) for e, s, m in zip(result.ranked, result.scores, money)]
+    return result, entries, money
 
 
 def _check_money(objective: str, price: float | None, tokens: float | None) -> None:
@@ -182,7 +201,7 @@ def check_pins(pinned: dict, gpus: int) -> None:
                           f"unpin one or use a GPU count that is a multiple of {product}")
 
 
-def _search_dict(result: SearchResult, gpus: int) -> dict:
+def search_dict(result: SearchResult, gpus: int) -> dict:
     return {"num_gpus": gpus, "evaluated": result.evaluated,
             "feasible": result.evaluated - result.rejected_memory,
             "rejected_memory": result.rejected_memory, "rejected_invalid": result.rejected_invalid,

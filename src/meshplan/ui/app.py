@@ -1,0 +1,40 @@
+"""`create_app()`: the FastAPI application of `meshplan ui` (pages, JSON API, jobs)."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from meshplan import __version__
+
+
+def create_app(max_running: int | None = None) -> FastAPI:
+    """The web app; `max_running` background jobs at a time (default: up to 2, the cores)."""
+    from meshplan.ui import errors, pages, routes_catalog, routes_jobs
+    from meshplan.ui.jobs import JobManager
+    from meshplan.ui.uploads import UploadStore
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        threading.Thread(target=app.state.jobs.start, daemon=True).start()
+        yield
+        app.state.jobs.shutdown()
+        app.state.uploads.close()
+
+    app = FastAPI(title="meshplan", version=__version__, lifespan=lifespan,
+                  description="Predict and plan LLM training runs and serving deployments.")
+    app.state.jobs = JobManager(max_running=max_running)
+    app.state.uploads = UploadStore()
+    errors.install(app)
+    for module in (routes_catalog, routes_jobs, pages):
+        app.include_router(module.router)
+    return app
+
+
+def warm_up() -> None:
+    """Import the numerics and cost one small plan, so the first request is not the slow one."""
+    from meshplan.ui.work import train_estimate
+
+    train_estimate({"model": "llama-3.2-1b", "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 8}})

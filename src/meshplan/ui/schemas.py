@@ -1,0 +1,182 @@
+"""The JSON API's request bodies: the library's own pydantic models (TrainingPlan, ServingPlan,
+WorkloadSpec) wrapped with the model and hardware choices the CLI takes as flags. Field names
+are the CLI's flag names with `_` for `-`, so an error names the flag a CLI user would see, and
+the pages build their forms from these models' JSON schema (/openapi.json)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from meshplan.serving.plan import ServingPlan
+from meshplan.serving.workload import WorkloadSpec
+from meshplan.training.plan import TrainingPlan
+
+CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+MODEL_HELP = "Catalog name, hf:ORG/NAME, or upload:ID of a config.json uploaded to /api/configs."
+
+
+class Hardware(BaseModel):
+    """The cluster of one training job (the CLI's hardware flags)."""
+
+    model_config = CONFIG
+    gpu: str
+    """GPU catalog name, e.g. h100-sxm-80gb (GET /api/gpus)."""
+    num_gpus: int = Field(ge=1)
+    """GPUs in the job."""
+    gpus_per_node: int | None = Field(None, ge=1)
+    """GPUs per node (default: the GPU's usual server)."""
+    scale_up_domain: int | None = Field(None, ge=1)
+    """GPUs sharing NVLink/NVSwitch (default: the node; 72 for NVL72 parts)."""
+    inter_node_gbps_per_gpu: float | None = Field(None, gt=0)
+    """Scale-out bandwidth per GPU in Gb/s (default: the GPU's NIC)."""
+    gpu_power_limit_w: float | None = Field(None, gt=0)
+    """GPU power cap in watts (default: TDP)."""
+    host_memory_gb: float | None = Field(None, gt=0)
+    """Host DRAM per node in GB (default: the GPU's reference server, hosts.yaml)."""
+    host_link_gb_per_s: float | None = Field(None, gt=0)
+    """Host<->GPU link per GPU, one direction, in GB/s (default: PCIe/C2C of the server)."""
+    nvme_read_gb_per_s: float | None = Field(None, gt=0)
+    """NVMe read bandwidth per node in GB/s."""
+    nvme_write_gb_per_s: float | None = Field(None, gt=0)
+    """NVMe write bandwidth per node in GB/s."""
+    nvme_tb: float | None = Field(None, gt=0)
+    """NVMe data capacity per node in TB."""
+
+
+class TrainingRequest(BaseModel):
+    """One training plan on one cluster (`train memory`, `train estimate`)."""
+
+    model_config = CONFIG
+    model: str = Field(description=MODEL_HELP)
+    hardware: Hardware
+    plan: TrainingPlan = TrainingPlan()
+
+
+class TrainingSearchRequest(BaseModel):
+    """A training layout search (`train plan`); set a pin to hold that field fixed."""
+
+    model_config = CONFIG
+    model: str = Field(description=MODEL_HELP)
+    gpu: str
+    """GPU catalog name, e.g. h100-sxm-80gb."""
+    num_gpus: int = Field(ge=1)
+    """GPUs in the job."""
+    gpus_per_node: int | None = Field(None, ge=1)
+    """GPUs per node (default: the GPU's usual server)."""
+    seq_len: int = Field(4096, ge=1)
+    """Tokens per sequence."""
+    global_batch_size: int | None = Field(None, ge=1)
+    """Sequences per step."""
+    global_batch_tokens: int | None = Field(None, ge=1)
+    """Tokens per step (alternative to global_batch_size)."""
+    framework: Literal["megatron", "nemo", "torchtitan", "deepspeed"] = "megatron"
+    """Framework whose launchable layouts are searched."""
+    precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
+    """Compute precision of matmuls."""
+    tp: int | None = Field(None, ge=1)
+    """Pin tensor parallelism."""
+    pp: int | None = Field(None, ge=1)
+    """Pin pipeline parallelism."""
+    vpp: int | None = Field(None, ge=1)
+    """Pin virtual pipeline stages."""
+    cp: int | None = Field(None, ge=1)
+    """Pin context parallelism."""
+    ep: int | None = Field(None, ge=1)
+    """Pin expert parallelism."""
+    micro_batch_size: int | None = Field(None, ge=1)
+    """Pin the micro-batch size."""
+    recompute: Literal["none", "selective", "full"] | None = None
+    """Pin recompute."""
+    dp_sharding: Literal["none", "optimizer", "gradients", "full"] | None = None
+    """Pin data-parallel sharding."""
+    schedule: Literal["gpipe", "1f1b", "interleaved", "zero-bubble"] | None = None
+    """Pin the pipeline schedule."""
+    doc_lengths: str | None = None
+    """Document lengths of the training data (fixed, lognormal:mean=1500,sigma=1.2,
+    zipf:s=1.2,min=64,max=65536); adds the balance axis."""
+    balance: Literal["none", "sort", "per-doc-cp", "reassign"] | None = None
+    """Pin document balancing."""
+    expert_skew: str | None = None
+    """MoE routing skew (zipf:s=1.2 or uniform); adds the moe_balance axis."""
+    moe_balance: Literal["none", "aux-free", "eplb"] | None = None
+    """Pin MoE balancing."""
+    objective: Literal["throughput", "cost", "time-to-train"] = "throughput"
+    """What the ranking optimises."""
+    price_per_gpu_hour: float | None = Field(None, gt=0)
+    """USD per GPU-hour (needed by objective cost)."""
+    train_tokens: float | None = Field(None, gt=0)
+    """Tokens in the run (needed by objective time-to-train)."""
+    top: int = Field(5, ge=1, le=100)
+    """Plans to keep."""
+
+
+class SLOFields(BaseModel):
+    """Latency objectives, in ms, at a percentile of requests."""
+
+    model_config = CONFIG
+    slo_ttft_ms: float | None = Field(None, gt=0)
+    """Time-to-first-token objective, ms."""
+    slo_tpot_ms: float | None = Field(None, gt=0)
+    """Time-per-output-token objective, ms."""
+    slo_e2e_ms: float | None = Field(None, gt=0)
+    """End-to-end latency objective, ms."""
+    slo_percentile: float = Field(90.0, gt=0, le=100)
+    """Share of requests (%) that must meet every objective."""
+
+
+class SimulateRequest(SLOFields):
+    """One serving deployment under a synthetic workload (`serve simulate`)."""
+
+    model: str = Field(description=MODEL_HELP)
+    gpu: str
+    """GPU catalog name, e.g. h100-sxm-80gb."""
+    num_gpus: int | None = Field(None, ge=1)
+    """GPUs available (default: what the plan uses)."""
+    gpus_per_node: int | None = Field(None, ge=1)
+    """GPUs per node (default: the GPU's usual server)."""
+    plan: ServingPlan = ServingPlan()
+    workload: WorkloadSpec = WorkloadSpec(num_requests=200)
+    seed: int = Field(0, ge=0)
+    """Random seed of the synthetic workload."""
+
+
+class ServePlanRequest(SLOFields):
+    """A serving deployment search (`serve plan`): the cheapest deployments meeting the SLOs."""
+
+    model: str = Field(description=MODEL_HELP)
+    gpus: list[str] = Field(min_length=1)
+    """GPU catalog names to compare."""
+    request_rate: float = Field(gt=0)
+    """Requests/s to serve."""
+    max_gpus: int = Field(8, ge=1)
+    """Most GPUs a plan may use."""
+    objective: Literal["min-gpus", "max-goodput-per-gpu", "min-cost"] = "min-gpus"
+    """What the ranking optimises (min-cost needs prices)."""
+    prices: dict[str, float] = {}
+    """USD per GPU-hour by GPU name."""
+    engine: str = "vllm"
+    """Engine whose scheduler and defaults are modeled."""
+    dataset: Literal["fixed", "random", "sharegpt", "normal", "lognormal"] = "sharegpt"
+    """Length distribution of requests."""
+    input_len: int | None = Field(None, ge=1)
+    """Prompt tokens (fixed, random centre or mean)."""
+    output_len: int | None = Field(None, ge=1)
+    """Output tokens (fixed, random centre or mean)."""
+    range_ratio: float | None = Field(None, ge=0, lt=1)
+    """random: lengths uniform in [L(1-r), L(1+r)]."""
+    burstiness: float | None = Field(None, gt=0)
+    """Gamma shape of inter-arrivals (< 1 burstier; 1 = Poisson)."""
+    shared_prefix_len: int | None = Field(None, ge=0)
+    """Tokens of a shared system prompt."""
+    num_requests: int = Field(800, ge=1)
+    """Requests per simulation."""
+    no_quantization: bool = False
+    """Keep bf16 weights and KV cache."""
+    no_disaggregation: bool = False
+    """Only colocated replicas."""
+    top: int = Field(5, ge=1, le=100)
+    """Plans to keep."""
+    seed: int = Field(0, ge=0)
+    """Random seed of the synthetic workload."""

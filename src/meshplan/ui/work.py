@@ -1,0 +1,207 @@
+"""What each page computes, as plain functions from a request body (a dict) to the CLI's `--json`
+object. They call the same library functions and CLI helpers as the commands, so a page and a
+command given the same inputs answer the same. Long ones take `progress(done, total)` and run in
+a background process (meshplan.ui.jobs); `run_in_child` is that process's entry point."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from meshplan.errors import DoesNotFitError, MeshplanError, UnknownNameError
+from meshplan.ui.figures import inputs, report_json
+
+Progress = Callable[[int, int], None]
+
+
+def train_memory(body: dict, plots: bool = False) -> dict:
+    """`train memory --json` of a TrainingRequest (and its report page when `plots`)."""
+    from meshplan.training import estimate_memory, resolve_plan
+    from meshplan.training.memory_report import memory_dict
+
+    spec, cluster, plan = _training_inputs(body)
+    est = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
+
+    def page():
+        from meshplan.report.pages_training import memory_page
+
+        return memory_page(est, f"{_title(spec, cluster)}: memory per GPU", "meshplan train memory",
+                           inputs(body))
+
+    return {**memory_dict(est), **({"report": report_json(page)} if plots else {})}
+
+
+def train_estimate(body: dict, plots: bool = False) -> dict:
+    """`train estimate --json` of a TrainingRequest (and its report page when `plots`)."""
+    from meshplan.training.choose import best_plan
+    from meshplan.training.estimate_report import estimate_dict
+
+    spec, cluster, plan = _training_inputs(body)
+    est = best_plan(plan, spec, cluster)
+    if not plots:
+        return estimate_dict(est)
+    from dataclasses import replace
+
+    from meshplan.training.estimate import estimate_step
+
+    est = replace(estimate_step(spec, cluster, est.plan, with_events=True), plan=est.plan)
+
+    def page():
+        from meshplan.report.pages_training import estimate_page
+
+        return estimate_page(est, f"{_title(spec, cluster)}: one training step", "meshplan train estimate",
+                             inputs(body))
+
+    return {**estimate_dict(est), "report": report_json(page)}
+
+
+def _training_inputs(body: dict):
+    from meshplan.cli import options as opt
+    from meshplan.model import load_model
+    from meshplan.ui.schemas import TrainingRequest
+
+    req = TrainingRequest(**body)
+    hw = req.hardware
+    host = {name: getattr(hw, name) for name in opt.HOST_OPTIONS}
+    cluster = opt.build_cluster(hw.gpu, hw.num_gpus, hw.gpus_per_node, hw.scale_up_domain,
+                                hw.inter_node_gbps_per_gpu, hw.gpu_power_limit_w, **host)
+    return load_model(req.model), cluster, req.plan
+
+
+def train_plan(body: dict, progress: Progress | None = None) -> dict:
+    """`train plan --json` of a TrainingSearchRequest (one cluster size), and why the winner wins."""
+    from meshplan.cli import options as opt
+    from meshplan.cli.train_plan import PINNABLE, search_dict, search_inputs, search_size
+    from meshplan.model import load_model
+    from meshplan.training.search import OBJECTIVE_UNITS, why_winner
+    from meshplan.ui.schemas import TrainingSearchRequest
+
+    r = TrainingSearchRequest(**body)
+    pinned = {k: getattr(r, k) for k in PINNABLE if getattr(r, k) is not None}
+    base = search_inputs(r.objective, r.price_per_gpu_hour, r.train_tokens, r.seq_len,
+                         r.global_batch_size, r.global_batch_tokens, r.framework, r.precision, pinned,
+                         doc_lengths=r.doc_lengths, expert_skew=r.expert_skew, balance=r.balance,
+                         moe_balance=r.moe_balance)
+    spec = load_model(r.model)
+    cluster = opt.build_cluster(r.gpu, r.num_gpus, r.gpus_per_node, None, None, None)
+    result, entries, _ = search_size(spec, r.model, cluster, base, pinned, r.objective, r.top,
+                                     r.price_per_gpu_hour, r.train_tokens, progress)
+    def page():
+        from meshplan.report.pages_training import plan_page
+
+        return plan_page({r.num_gpus: result}, f"{_title(spec, cluster)}: plan search", "meshplan train plan",
+                         inputs(body))
+
+    return {"plans": entries, "score_unit": OBJECTIVE_UNITS[r.objective],
+            "search": search_dict(result, r.num_gpus), "why": why_winner(result), "report": report_json(page)}
+
+
+def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
+    """`serve simulate --json` of a SimulateRequest (with the SLO verdict when SLOs are given)."""
+    from meshplan.cli import options as opt
+    from meshplan.cli.serve import slo_verdict
+    from meshplan.model import load_model
+    from meshplan.serving.metrics import SLO
+    from meshplan.serving.simulate import simulate
+    from meshplan.serving.workload import synthesize
+    from meshplan.ui.schemas import SimulateRequest
+
+    r = SimulateRequest(**body)
+    spec = load_model(r.model)
+    cluster = opt.build_cluster(r.gpu, r.num_gpus or r.plan.num_gpus, r.gpus_per_node, None, None, None)
+    workload = synthesize(r.workload, seed=r.seed)
+    slo = None
+    if any(v is not None for v in (r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms)):
+        slo = SLO(ttft_ms=r.slo_ttft_ms, tpot_ms=r.slo_tpot_ms, e2e_ms=r.slo_e2e_ms)
+    result = simulate(spec, cluster, r.plan, workload, slo=slo, progress=progress)
+    verdict = slo_verdict(result, slo, r.slo_percentile)
+
+    def page():
+        from meshplan.report.pages_serving import simulate_page
+
+        return simulate_page(result, slo, r.slo_percentile if slo else None,
+                             f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}: serving simulation",
+                             "meshplan serve simulate", inputs(body))
+
+    return {**result.to_dict(), **({"slo": verdict} if verdict else {}), "report": report_json(page)}
+
+
+def serve_plan(body: dict, progress: Progress | None = None) -> dict:
+    """`serve plan --json` of a ServePlanRequest (simulated in this process: no nested pool)."""
+    from meshplan.cli.serve_plan import _targets, _unit_workload
+    from meshplan.hardware import Cluster
+    from meshplan.model import load_model
+    from meshplan.serving.plan_report import result_dict, why
+    from meshplan.serving.plan_search import search
+    from meshplan.serving.search import Space
+    from meshplan.ui.schemas import ServePlanRequest
+
+    r = ServePlanRequest(**body)
+    t = _targets(r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms, r.slo_percentile)
+    unit, rate = _unit_workload(None, None, "stop", r.seed, r.request_rate, num_requests=r.num_requests,
+                                dataset=r.dataset, input_len=r.input_len, output_len=r.output_len,
+                                range_ratio=r.range_ratio, burstiness=r.burstiness,
+                                shared_prefix_len=r.shared_prefix_len)
+    spec = load_model(r.model)
+    clusters = [Cluster.build(g, 1) for g in r.gpus]
+    space = Space(engine=r.engine, quantize=not r.no_quantization, disaggregate=not r.no_disaggregation)
+    result = search(spec, clusters, unit, rate, t, max_gpus=r.max_gpus, objective=r.objective,
+                    prices=dict(r.prices), space=space, top=r.top, workers=1)
+    def page():
+        from meshplan.report.pages_serving import serve_plan_page
+
+        return serve_plan_page(result, why(result), f"{spec.name}: serving plan search", "meshplan serve plan",
+                               inputs(body))
+
+    return {**result_dict(result, r.model), "why": why(result), "report": report_json(page)}
+
+
+def validate(body: dict, progress: Progress | None = None) -> dict:
+    """`validate --json` of one uploaded run-record file (`body["path"]`); records that break the
+    schema are skipped with their reason, as the CLI does without --strict."""
+    from meshplan.validate.records import read_records
+    from meshplan.validate.run import Skip, predict, report
+
+    records, bad = read_records(body["path"], strict=False)
+    rows, skips = predict(records, progress, 1)
+    skips = [Skip(rid, reason.replace(body["path"], body["filename"])) for rid, reason in bad] + skips
+    data = report(rows, skips)
+
+    def page():
+        from meshplan.report.pages_validate import record_groups, validate_page
+
+        return validate_page(rows, data["summary"], len(skips), record_groups(records),
+                             f"validation of {body['filename']}", "meshplan validate", {"file": body["filename"]})
+
+    return {**data, "report": report_json(page)}
+
+
+def _title(spec, cluster) -> str:
+    return f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
+
+
+JOBS: dict[str, Callable[..., dict]] = {"train-plan": train_plan, "serve-simulate": serve_simulate,
+                                        "serve-plan": serve_plan, "validate": validate}
+"""Background jobs by name: the pages that can run for seconds or minutes."""
+
+
+def status_of(exc: MeshplanError) -> int:
+    """The HTTP status of a user error: unknown name 404, an answer that does not fit 422, 400."""
+    if isinstance(exc, UnknownNameError):
+        return 404
+    return 422 if isinstance(exc, DoesNotFitError) else 400
+
+
+def run_in_child(kind: str, body: dict, conn) -> None:
+    """Entry point of a job's process: sends ("progress", done, total) messages, then one
+    ("result", dict) or ("error", status, message)."""
+    def progress(done: int, total: int) -> None:
+        conn.send(("progress", int(done), int(total)))
+
+    try:
+        conn.send(("result", JOBS[kind](body, progress)))
+    except MeshplanError as exc:
+        conn.send(("error", status_of(exc), str(exc)))
+    except Exception as exc:  # noqa: BLE001 - reported to the page, the server keeps serving
+        conn.send(("error", 500, f"internal error: {type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
