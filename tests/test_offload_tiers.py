@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 
 from meshplan import Cluster, TrainingPlan, load_model, resolve_plan
 from meshplan.cli.app import app
+from meshplan.export.deepspeed import config
 from meshplan.model import counts
+from meshplan.training.capabilities import problems
 from meshplan.training.context import cost_context
 from meshplan.training.estimate import estimate_step
 from meshplan.training.memory import HOST_RESERVED_FRACTION, estimate_memory
@@ -229,3 +231,24 @@ def test_gpu_optimizer_writes_the_offloaded_parameters_back():
     shard = counts.total_params(model) / 8
     assert on.breakdown["optimizer"] - off.breakdown["optimizer"] == pytest.approx(
         shard * 2 / H100_LINK, rel=1e-3)
+
+
+def test_deepspeed_export_writes_the_offload_tiers():
+    model, cluster = load_model("llama-3.1-8b"), Cluster.build("h100-sxm-80gb", 8)
+    plan = resolve_plan(_plan(global_batch_size=8, offload_optimizer=True, offload_params=True,
+                              offload_target="nvme"), model, cluster)
+    zero = config(model, plan)["zero_optimization"]
+    assert zero["stage"] == 3
+    assert zero["offload_param"]["device"] == zero["offload_optimizer"]["device"] == "nvme"
+    assert zero["offload_param"]["nvme_path"]
+    megatron = resolve_plan(_plan(global_batch_size=8, offload_params=True, framework="megatron"),
+                            model, cluster)
+    assert any("offload_params" in p for p in problems("megatron", megatron))
+
+
+def test_a_pinned_offload_tier_is_searched_even_when_plans_fit_without_it():
+    model, cluster = load_model("llama-3.2-1b"), Cluster.build("h100-sxm-80gb", 8)
+    result = search(model, cluster, TrainingPlan(framework="deepspeed", seq_len=4096,
+                                                 global_batch_size=64),
+                    {"offload_activations": True, "recompute": "full"}, top=3)
+    assert result.ranked and all(e.plan.offload_activations for e in result.ranked)

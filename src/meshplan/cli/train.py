@@ -42,6 +42,8 @@ def build_plan(**fields) -> TrainingPlan:
         except ValueError:
             raise ConfigError(f"--pipeline-split {fields['pipeline_split']!r}: expected "
                               f"comma-separated layer counts, e.g. 15,16,16,15") from None
+    if isinstance(fields.get("lora_targets"), str):
+        fields["lora_targets"] = tuple(t.strip() for t in fields["lora_targets"].split(",") if t.strip())
     try:
         return TrainingPlan(**{k: v for k, v in fields.items() if v is not None})
     except ValidationError as exc:
@@ -84,6 +86,9 @@ def _plan_flags(
                                          help=_help("tp_comm_overlap")),
     framework: str = typer.Option("megatron", help=_help("framework")),
     attention: str = typer.Option(None, help=_help("attention")),
+    method: str = typer.Option("full", help=_help("method")),
+    lora_rank: int = typer.Option(None, help=_help("lora_rank")),
+    lora_targets: str = typer.Option(None, help=_help("lora_targets") + " Comma-separated."),
     doc_lengths: str = typer.Option(None, help=_help("doc_lengths")),
     balance: str = typer.Option(None, help=_help("balance")),
     expert_skew: str = typer.Option(None, help=_help("expert_skew")),

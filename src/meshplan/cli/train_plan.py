@@ -55,7 +55,10 @@ def plan_entry(est: StepEstimate, model: str, cluster, score: float, money: dict
                                           "global_batch_size", "seq_len", "recompute", "recompute_num_layers",
                                           "offload_optimizer", "precision",
                                           "schedule", "framework", "tp_comm_overlap",
-                                          "doc_lengths", "balance", "expert_skew", "moe_balance")}
+                                          "doc_lengths", "balance", "expert_skew", "moe_balance",
+                                          "method")}
+    if p.method != "full":
+        fields.update(lora_rank=p.lora_rank, lora_targets=list(p.lora_targets))
     sizes = [len(c) for c in p.chunk_layers]
     fields["pipeline_split"] = sizes if len(set(sizes)) > 1 else None
     return {"model": model, "hardware": {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus,
@@ -89,6 +92,10 @@ def plan_command(
     dp_sharding: str = typer.Option(None, help="Pin data-parallel sharding."),
     schedule: str = typer.Option(None, help="Pin the pipeline schedule (megatron: 1f1b, interleaved; "
                                  "torchtitan: gpipe, 1f1b, interleaved)."),
+    method: str = typer.Option("full", help="full, lora or qlora (fixed; the layout is searched)."),
+    lora_rank: int = typer.Option(None, help="LoRA rank r (PEFT's default 8)."),
+    lora_targets: str = typer.Option(None, help="Adapted linear layers, comma-separated (q,k,v,o,"
+                                     "gate,up,down); default q,v."),
     doc_lengths: str = typer.Option(None, help=_field_help("doc_lengths") + " Adds the balance axis."),
     balance: str = typer.Option(None, help="Pin document balancing (none, sort, per-doc-cp, reassign)."),
     expert_skew: str = typer.Option(None, help=_field_help("expert_skew") + " Adds the moe_balance axis."),
@@ -109,7 +116,8 @@ def plan_command(
     pinned = {k: v for k, v in locals().items() if k in PINNABLE and v is not None}
     base = search_inputs(objective, price_per_gpu_hour, train_tokens, seq_len, global_batch_size,
                          global_batch_tokens, framework, precision, pinned, doc_lengths=doc_lengths,
-                         expert_skew=expert_skew, balance=balance, moe_balance=moe_balance)
+                         expert_skew=expert_skew, balance=balance, moe_balance=moe_balance,
+                         method=method, lora_rank=lora_rank, lora_targets=lora_targets)
     spec = load_model(model)
     entries, searches, results = [], [], {}
     host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}

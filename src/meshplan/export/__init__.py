@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from meshplan.errors import UnknownNameError
+from meshplan.errors import ConfigError, UnknownNameError
 from meshplan.export import deepspeed, megatron, torchtitan
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
@@ -31,5 +31,8 @@ def export_plan(target: str, model: ModelSpec, cluster: Cluster, plan: ResolvedP
     """The config text of `plan` for the engine `target` (a key of EXPORTERS)."""
     if target not in EXPORTERS:
         raise UnknownNameError("export target", target, EXPORTERS)
+    if plan.method != "full":  # the engines' configs have no adapters; PEFT lives in the script
+        raise ConfigError(f"method={plan.method!r}: the {target} export writes full training only; "
+                          f"launch LoRA/QLoRA with PEFT (framework hf) or NeMo's LoRA recipe")
     check(EXPORT_TARGETS[target], plan, model)  # every field the engine has no equivalent for, at once
     return EXPORTERS[target](model, cluster, plan)

@@ -143,8 +143,15 @@ def routed_tokens_per_token(layer: LayerSpec, plan: ResolvedPlan) -> float:
 
 
 def saved_tensors(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan) -> list[Saved]:
-    """The tensors `layer` saves for backward under the plan's kernel profile."""
-    return PROFILES[profile_name(plan)](layer, model, plan)
+    """The tensors `layer` saves for backward under the plan's kernel profile (a LoRA/QLoRA
+    plan's frozen base: see `profile_lora`)."""
+    profile = profile_name(plan)
+    saved = PROFILES[profile](layer, model, plan)
+    if plan.method == "full":
+        return saved
+    from meshplan.training.profile_lora import frozen_base
+
+    return frozen_base(saved, layer, model, plan, profile)
 
 
 NOT_ACTIVATION_FIELDS = frozenset({

@@ -103,6 +103,23 @@ key. DeepSpeed (config JSON): ZeRO 0-3 with optimizer offload for stages 2-3; Mi
 (mics_shard_size) for hybrid ZeRO-3; cpu_checkpointing offloads what activation_checkpointing
 saves, so it needs full recompute; offload_param (ZeRO-3 only) and offload_optimizer take device
 cpu or nvme (ZeRO-Infinity); data parallelism only."""
+METHODS = {"hf": ("full", "lora", "qlora"), "deepspeed": ("full", "lora", "qlora"),
+           "fsdp": ("full", "lora", "qlora"), "nemo": ("full", "lora")}
+"""What each framework can train besides full fine-tuning (others: full only). Hugging Face
+Trainer, and DeepSpeed or PyTorch FSDP under it (accelerate), run PEFT's LoRA, and QLoRA with
+bitsandbytes 4-bit loading (PEFT docs: "DeepSpeed" and "FSDP" guides, QLoRA with ZeRO-3 / FSDP).
+NeMo 2 has LoRA (nemo.collections.llm.peft.LoRA on linear_qkv, linear_proj, linear_fc1,
+linear_fc2) but no 4-bit base. Megatron-LM and torchtitan train full models only (their
+fine-tuning siblings are NeMo/Megatron-Bridge and torchtune)."""
+FUSED_ADAPTERS = ("nemo",)
+"""Frameworks whose LoRA adapts fused linear_qkv and linear_fc1 (gate and up) layers whole."""
+
+
+def frameworks_for(method: str) -> tuple[str, ...]:
+    """Frameworks that can train with `method`."""
+    return tuple(f for f, methods in METHODS.items() if method in methods)
+
+
 EXPORT_TARGETS = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 """`train export --target` -> the framework a plan is re-targeted to."""
 GENERIC = Capability(

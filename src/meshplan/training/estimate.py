@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
+from meshplan.training import finetune
 from meshplan.training.constants import TrainingConstants
 from meshplan.training.context import CostContext, cost_context
 from meshplan.model.counts import matmul_flops_per_token
@@ -29,7 +30,8 @@ class StepEstimate:
     step_time_s: float
     tokens_per_s_per_gpu: float
     mfu: float
-    """Model FLOPs (3 x causal forward FLOPs per token, no recompute) / (step x GPUs x dense peak)."""
+    """Model FLOPs (3 x causal forward FLOPs per token, no recompute; LoRA/QLoRA: see
+    `finetune.step_flops_per_token`) / (step x GPUs x dense peak)."""
     hfu: float
     """Hardware FLOPs utilisation: model FLOPs plus recomputed forward work."""
     breakdown: dict[str, float]
@@ -74,6 +76,8 @@ def _dp_and_optimizer(ctx: CostContext, chunks: list[ChunkTime]) -> tuple[float,
 def _flops(model: ModelSpec, plan: ResolvedPlan) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of one step over all GPUs."""
     tokens = plan.global_batch_size * plan.seq_len
+    if finetune.is_finetune(plan):
+        return tuple(f * tokens for f in finetune.step_flops_per_token(model, plan))
     forward = model.flops_per_token_forward(plan.seq_len, causal=True) * tokens
     docs = doc_imbalance(plan)
     if docs is not None:  # only the document-masked share of the causal attention is work

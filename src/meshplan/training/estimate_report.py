@@ -20,6 +20,7 @@ def estimate_dict(est: StepEstimate) -> dict[str, Any]:
                          "with causal halving) x tokens; dense bf16 peak (fp8 plans too)",
         "breakdown": est.breakdown,
         "bubble_fraction": est.pipeline.bubble_fraction,
+        "trainable_params": mem["trainable_params"],
         "imbalance": est.imbalance,
         "peak_bytes": mem["peak_bytes"],
         "fits": mem["fits"],

@@ -67,5 +67,17 @@ def layer_host_s(profile: str, model: ModelSpec, layer: LayerSpec, tp: int, sp: 
     return forward * HOST_OP_S, backward * HOST_OP_S
 
 
+def lora_host_s(profile: str, adapters: int, host: tuple[float, float]) -> tuple[float, float]:
+    """`host` (a layer's forward and backward host seconds) with a frozen base and `adapters`
+    LoRA adapters: PyTorch-eager dispatches fewer backward ops for the frozen layer and a
+    measured number per adapter; other profiles are left as they are (no measurement)."""
+    if profile != "pytorch-eager":
+        return host
+    row = _profiles()[profile]
+    forward_ops, backward_ops = row["lora_adapter_ops"]
+    return (host[0] + adapters * forward_ops * HOST_OP_S,
+            host[1] * row["lora_frozen_backward_share"] + adapters * backward_ops * HOST_OP_S)
+
+
 DENSE_MLP_KERNELS = 4
 """Kernels of the measured layer's dense MLP (gate/up GEMMs, activation, down GEMM)."""

@@ -5,7 +5,7 @@ column-parallel widths divided by tp); fused attention over the causal (or windo
 divided by cp (unfused "eager" attention: batched GEMMs over the whole score square plus its
 softmax passes through HBM); memory-bound kernels over the bytes they stream; tensor-, context- and
 expert-parallel collectives on their placed groups. Backward is twice the forward GEMM work
-(data and weight gradients), the attention kernel's backward ratio, and re-runs forward work for recompute.
+(data and weight gradients; a frozen LoRA base only the data gradient, see `finetune`), the attention kernel's backward ratio, and re-runs forward work for recompute.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from meshplan.costs.ops import attention_flops
 from meshplan.costs.routing import distinct_experts
 from meshplan.model.counts import mean_visible_keys
 from meshplan.model.spec import DenseMLP, LayerSpec, MoEMLP
+from meshplan.training import finetune
 from meshplan.training.context import CostContext
-from meshplan.training.kernels import layer_host_s
+from meshplan.training.kernels import layer_host_s, lora_host_s
 from meshplan.training.routing import routing_load
 
 
@@ -185,6 +186,7 @@ def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
     """Forward/backward seconds of `layer` for one micro-batch under the context's plan."""
     k, p = ctx.k, ctx.plan
     dense, experts = _gemms(ctx, layer)
+    adapters, dequant = finetune.adapter_forward_s(ctx, layer), finetune.dequant_s(ctx, layer)
     attn, attn_backward = _attention(ctx, layer)
     mem = _memory_bound(ctx, layer)
     tp, cp = _tp_comm(ctx), _cp_comm(ctx, layer)
@@ -192,17 +194,21 @@ def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
     tp_exposed = _hidden_share(ctx, tp, k.tp_overlap_exposed if p.tp_comm_overlap else 1.0)
     cp_exposed = max(0.0, cp - attn) + k.overlap_penalty * min(cp, attn)
     overhead = k.moe_overhead_s if isinstance(layer.mlp, MoEMLP) else 0.0
-    fwd_compute = dense + experts + attn + mem + overhead
+    fwd_compute = dense + experts + attn + mem + overhead + adapters + dequant
     forward = fwd_compute + tp_exposed + ep + cp_exposed
-    grad_gemm = 2 * (dense + experts)
-    backward = grad_gemm + attn_backward + 2 * mem
+    weight_grad = adapters if finetune.is_finetune(p) else dense + experts  # frozen base: dgrad only
+    grad_gemm = dense + experts + adapters + weight_grad
+    backward = grad_gemm + attn_backward + 2 * mem + dequant
     backward += 2 * (tp_exposed + ep + cp_exposed)
     host_forward, host_backward = layer_host_s(ctx.kernel_profile, ctx.model, layer, p.tp,
                                                p.sequence_parallel, p.ep)
+    if finetune.is_finetune(p):
+        count = len(finetune.layer_adapters(layer, ctx.model, p))
+        host_forward, host_backward = lora_host_s(ctx.kernel_profile, count, (host_forward, host_backward))
     backward = max(backward, host_backward)  # the GPU waits on launches of short kernels
     backward += _recompute(ctx, max(forward, host_forward), attn)
     forward = max(forward, host_forward)
-    return LayerTime(forward, backward, grad_gemm / 2, 3 * tp, tp_exposed * 3, 3 * ep,
+    return LayerTime(forward, backward, weight_grad, 3 * tp, tp_exposed * 3, 3 * ep,
                      3 * cp_exposed)
 
 

@@ -18,6 +18,7 @@ from meshplan.hardware import Cluster
 from meshplan.model.counts import layer_kinds
 from meshplan.model.spec import ModelSpec
 from meshplan.training import activations as act
+from meshplan.training import finetune
 from meshplan.training.offload import offloaded_bytes
 from meshplan.training.pipeline_orders import F, W, cached_orders, decode
 from meshplan.training.resolve import ResolvedPlan
@@ -91,6 +92,19 @@ class StageMemory:
                 "allocator_bytes": self.allocator_bytes}
 
 
+def offload_states(out: dict[str, float], plan: ResolvedPlan) -> dict[str, float]:
+    """Model states per GPU (`out`) less what optimizer and parameter offload keep elsewhere."""
+    if plan.offload_optimizer:
+        out["master"] = out["optimizer"] = 0.0
+        if plan.dp_sharding in ("gradients", "full"):
+            # ZeRO-Offload moves each reduced gradient bucket to the host as it is produced;
+            # the bucket in flight is in buffers_bytes (Ren et al. 2021, section 4.1).
+            out["gradients"] = 0.0
+    if plan.offload_params:
+        out["weights"] = 0.0  # fetched per layer into the gather buffers (buffers_bytes)
+    return out
+
+
 def model_states(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> dict[str, float]:
     """Weights, gradients, master weights and optimizer states per GPU for one stage."""
     per_param = state_bytes(plan, model.hidden_size)
@@ -101,14 +115,7 @@ def model_states(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> d
         if name in sharded:
             dense, expert = dense / plan.shard_group, expert / plan.expert_dp
         out[name] = getattr(per_param, name) * (dense + expert)
-    if plan.offload_optimizer:
-        out["master"] = out["optimizer"] = 0.0
-        if plan.dp_sharding in ("gradients", "full"):
-            # ZeRO-Offload moves each reduced gradient bucket to the host as it is produced;
-            # the bucket in flight is in buffers_bytes (Ren et al. 2021, section 4.1).
-            out["gradients"] = 0.0
-    if plan.offload_params:
-        out["weights"] = 0.0  # fetched per layer into the gather buffers (buffers_bytes)
+    out = offload_states(out, plan)
     if plan.dp_sharding == "full" and plan.pp > 1 and act.profile_name(plan) == "torchtitan":
         # torch.distributed.pipelining keeps FSDP units unsharded through the step (no
         # re-gather per micro-batch) and skips gradient reduce-scatter until the last
@@ -269,9 +276,14 @@ def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
     if key not in memo:
         params = stage_params(model, plan, stage)
         held_bytes, transient = logits_bytes(model, plan, stage)
+        if finetune.is_finetune(plan):  # adapters train, the base is frozen
+            states = offload_states(finetune.model_states(model, plan, stage, params), plan)
+            trained = finetune.trainable_stage_params(model, plan, stage)
+        else:
+            states, trained = model_states(params, model, plan), params
         offloaded = offloaded_bytes(plan, state_bytes(plan, model.hidden_size),
-                                    updated_params(params, plan))
-        memo[key] = (model_states(params, model, plan), held_bytes, transient,
+                                    updated_params(trained, plan))
+        memo[key] = (states, held_bytes, transient,
                      buffers_bytes(params, model, plan), len(plan.stage_layers(stage)), offloaded)
     return memo[key]
 
@@ -311,6 +323,8 @@ class MemoryEstimate:
     gpu_memory_bytes: float
     activation_bytes_per_layer: float
     """Bytes one decoder layer saves for one micro-batch on one GPU, before recompute."""
+    trainable_params: int = 0
+    """Parameters the optimizer updates (all of them, or the LoRA adapters')."""
     host_memory_bytes: float = float("inf")
     """Host DRAM one GPU's offload may use: the node's, shared by the job's GPUs on it."""
     nvme_capacity_bytes: float = float("inf")
@@ -388,5 +402,6 @@ def estimate_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> M
     return MemoryEstimate(
         plan=plan, stages=stages, gpu_memory_bytes=float(cluster.gpu.hbm_bytes),
         activation_bytes_per_layer=act.layer_activation_bytes(first, model, plan),
+        trainable_params=finetune.trainable_params(model, plan),
         host_memory_bytes=host, nvme_capacity_bytes=nvme,
     )

@@ -32,6 +32,7 @@ def memory_dict(estimate: MemoryEstimate) -> dict[str, Any]:
         "nvme_peak_bytes": estimate.nvme_peak_bytes,
         "nvme_capacity_bytes": estimate.nvme_capacity_bytes,
         "activation_bytes_per_layer": estimate.activation_bytes_per_layer,
+        "trainable_params": estimate.trainable_params,
         "stages": [stage.to_dict() for stage in estimate.stages],
         "plan": plan_dict(estimate),
         "chosen": dict(estimate.plan.chosen),

@@ -20,6 +20,7 @@ QUANTIZED = ("fp8", "fp4")
 Optimizer = Literal["adamw", "adam", "sgd", "adafactor"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
 Attention = Literal["flash", "sdpa", "eager"]
+Method = Literal["full", "lora", "qlora"]
 Balance = Literal["none", "sort", "per-doc-cp", "reassign"]
 MoEBalance = Literal["none", "aux-free", "eplb"]
 OffloadTarget = Literal["cpu", "nvme"]
@@ -92,6 +93,14 @@ class TrainingPlan(BaseModel):
     async TP); None: the framework's usual choice (on for NeMo recipes, else off)."""
     capacity_factor: float | None = Field(None, gt=0)
     """MoE token dropping: each expert takes at most this multiple of its fair share."""
+    method: Method = "full"
+    """What is trained: full (every weight), lora (low-rank adapters on a frozen 16-bit base) or
+    qlora (adapters on a frozen NF4 4-bit base with double quantization, bitsandbytes)."""
+    lora_rank: int = Field(8, ge=1)
+    """LoRA rank r of every adapter (PEFT's default 8)."""
+    lora_targets: tuple[str, ...] | None = None
+    """Linear layers that get adapters: q, k, v, o, gate, up, down (qkv, kv, gate_up where the
+    family fuses them); None: q,v (PEFT's default; q,kv for MLA, qkv when fused)."""
     doc_lengths: str | None = None
     """Document lengths of the training data, packed into sequences with a document mask:
     fixed (one document per sequence), lognormal:mean=1500,sigma=1.2, zipf:s=1.2,min=64,max=65536

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
+from meshplan.model import lora
 from meshplan.model.spec import ModelSpec, MoEMLP
+from meshplan.training.capabilities import FUSED_ADAPTERS, frameworks_for
 from meshplan.training.doclengths import check_spec, is_fixed
 from meshplan.training.kernels import profile_for
 from meshplan.training.plan import TrainingPlan
@@ -78,6 +80,11 @@ class ResolvedPlan:
     attention: str
     capacity_factor: float | None
     tp_comm_overlap: bool
+    method: str = "full"
+    """full, lora or qlora (see TrainingPlan.method)."""
+    lora_rank: int = 8
+    lora_targets: tuple[str, ...] = ()
+    """Adapted linear layers (fused names where the framework fuses them); () for full."""
     doc_lengths: str | None = None
     """Document-length spec (None: one document per sequence)."""
     balance: str = "none"
@@ -307,6 +314,29 @@ def _tp_overlap(plan: TrainingPlan, sp: bool, chosen: dict[str, str]) -> bool:
     return on
 
 
+def _resolve_method(plan: TrainingPlan, model: ModelSpec, chosen: dict[str, str]) -> dict:
+    """method, lora_rank and lora_targets, checked against the framework and the model."""
+    if plan.method == "full":
+        if plan.lora_targets is not None:
+            raise PlanError("lora_targets given with method='full': use method lora or qlora")
+        return {"method": "full", "lora_rank": plan.lora_rank, "lora_targets": ()}
+    supported = frameworks_for(plan.method)
+    if plan.framework not in supported:
+        raise PlanError(f"method={plan.method!r} with framework={plan.framework!r}: "
+                        f"{plan.method} fine-tuning runs on {', '.join(supported)}")
+    if plan.offload_params:
+        raise PlanError(f"offload_params with method={plan.method!r}: parameter offload of a frozen "
+                        f"base is not modelled; offload the optimizer (offload_optimizer) instead")
+    targets = plan.lora_targets
+    if targets is None:
+        targets = lora.default_targets(model)
+        chosen["lora_targets"] = f"{','.join(targets)} (PEFT's default for {model.family})"
+    lora.check_targets(model, targets)
+    if plan.framework in FUSED_ADAPTERS:
+        targets = lora.fuse_targets(model, targets)
+    return {"method": plan.method, "lora_rank": plan.lora_rank, "lora_targets": tuple(targets)}
+
+
 RANK_DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 
@@ -374,6 +404,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         attention=_resolve_attention(plan, cluster, chosen),
         capacity_factor=plan.capacity_factor,
         tp_comm_overlap=_tp_overlap(plan, sp, chosen),
+        **_resolve_method(plan, model, chosen),
         **_workload(plan, model, warnings),
         chosen=chosen, warnings=tuple(warnings),
     )

@@ -93,7 +93,7 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
         "schedule": _axis(pinned.get("schedule"), (None,)),
         "offload_optimizer": _axis(pinned.get("offload_optimizer"), cap.offload_optimizer),
         **_balance_axes(base, model, pinned),
-        **(offload_axes(cap, pinned) if offload else {}),
+        **{k: v for k, v in offload_axes(cap, pinned).items() if offload or k in pinned},
     }
     world = cluster.num_gpus
     for values in itertools.product(*axes.values()):
@@ -181,7 +181,8 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
     """Evaluate every supported plan, keep those that fit, rank them by `objective`;
     `progress(done, total)` is told how far the enumeration is. Offload tiers beyond the
     optimizer's (activations, parameters, NVMe) are searched only when nothing fits without
-    them: they cost host-link and NVMe time, so where a plan fits without them it is faster."""
+    them, which keeps the search's size; a plan they enable could occasionally win where others
+    fit (a larger micro-batch whose copies hide); a tier pinned in `pinned` is used in both."""
     start = time.perf_counter()
     sweep = _Sweep()
     sweep.run(list(candidates(base, model, cluster, pinned)), model, cluster, progress)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from meshplan.costs.comm import collective_time, p2p_time
 from meshplan.model.counts import layer_kinds
+from meshplan.training import finetune
 from meshplan.training.context import CostContext
 from meshplan.training.layer_time import LayerTime, layer_time
 from meshplan.training.offload import offload_time, swapped_bytes
@@ -83,15 +84,16 @@ def _embedding_and_head(ctx: CostContext, stage: int) -> tuple[float, float]:
     """(forward, backward) seconds of the embedding (first stage) and LM head + loss (last)."""
     p, m = ctx.plan, ctx.model
     fwd = bwd = 0.0
+    frozen = finetune.is_finetune(p)  # a frozen embedding and head: no weight gradients
     if stage == 0:
         gather = ctx.memory(ctx.tokens * m.hidden_size * ctx.act_width * 2)
-        fwd, bwd = gather, 2 * gather
+        fwd, bwd = gather, 0.0 if frozen else 2 * gather
     if stage == p.pp - 1:
         vocab = m.vocab_size / p.tp
         head = ctx.gemm(ctx.tokens, vocab, m.hidden_size)
         loss_f, loss_b = (ctx.memory(ctx.tokens * vocab * b, kernels=LOSS_KERNELS // 2)
                           for b in LOSS_BYTES_PER_LOGIT)
-        fwd, bwd = fwd + head + loss_f, bwd + 2 * head + loss_b
+        fwd, bwd = fwd + head + loss_f, bwd + (1 if frozen else 2) * head + loss_b
     return fwd, bwd
 
 
@@ -107,11 +109,13 @@ def _fsdp_traffic(ctx: CostContext, layers: list) -> tuple[float, float]:
     sharded-traffic factor."""
     p = ctx.plan
     params = sum(sum(layer_split(ctx.model, i, p)) for i in layers)
+    trained = finetune.trainable_layer_params(ctx.model, p, layers) if finetune.is_finetune(p) else params
     units = max(1, len(layers) * FSDP_COLLECTIVES_PER_LAYER.get(p.framework, 1))
     grad_width = state_bytes(p, ctx.model.hidden_size).gradients
     group, cluster, comm = ctx.groups.shard, ctx.cluster, ctx.comm
-    gather = units * collective_time("all_gather", params * ctx.act_width / units, group, cluster, comm)
-    scatter = units * collective_time("reduce_scatter", params * grad_width / units, group, cluster, comm)
+    weights = params * ctx.act_width - finetune.quantized_saving(ctx.model, p, layers, ctx.act_width)  # QLoRA: 4-bit
+    gather = units * collective_time("all_gather", weights / units, group, cluster, comm)
+    scatter = units * collective_time("reduce_scatter", trained * grad_width / units, group, cluster, comm)
     return gather * ctx.k.fsdp_comm_scale, scatter * ctx.k.fsdp_comm_scale
 
 
@@ -179,7 +183,7 @@ def dp_seconds(ctx: CostContext, stage: int, overlap_window: float) -> tuple[flo
     group = ctx.groups.dp
     if group.size == 1:
         return 0.0, 0.0
-    params = stage_params(ctx.model, p, stage)
+    params = finetune.trainable_stage_params(ctx.model, p, stage)
     grad_width = state_bytes(p, ctx.model.hidden_size).gradients
     size = (params.dense + params.expert) * grad_width
     if p.dp_sharding == "none":
@@ -199,7 +203,7 @@ def optimizer_seconds(ctx: CostContext, stage: int, backward_s: float = 0.0) -> 
     offload, the host's CPU-Adam step, the NVMe swap (ZeRO-Infinity) and the PCIe copies around
     it (see `training.offload`), `backward_s` being one micro-batch's backward on this stage."""
     p = ctx.plan
-    local = updated_params(stage_params(ctx.model, p, stage), p)
+    local = updated_params(finetune.trainable_stage_params(ctx.model, p, stage), p)
     if p.offload_optimizer:
         per_param = state_bytes(p, ctx.model.hidden_size)
         return offload_time(ctx.cluster, local, p.num_microbatches, backward_s, per_param.gradients,
