@@ -263,8 +263,9 @@ class Replica:
                 seq.computed += cpu
                 seq.record.cached_tokens = max(seq.record.cached_tokens, seq.computed)
                 self._loaded += cpu
-            if not self._reserve(seq, seq.computed + n):
+            if not self._reserve(seq, seq.computed + n):  # undo the admission entirely
                 self._loaded -= cpu
+                del self.running[seq.req.id], self.prefilling[seq.req.id]
                 self._release(seq)
                 self.waiting.appendleft(seq)
                 return
