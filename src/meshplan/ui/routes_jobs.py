@@ -51,16 +51,23 @@ def _body(request: Request, req: BaseModel) -> dict:
     return body
 
 
+# The quick answers take a few milliseconds of pure Python: run on the event loop, one after
+# another, they finish in arrival order; in the thread pool a burst would time-slice the GIL and
+# every request would wait for the whole burst. Pages with plots take longer: those go to the pool.
+async def _quick(func, body: dict, plots: bool) -> dict:
+    return await run_in_threadpool(func, body, True) if plots else func(body, False)
+
+
 @router.post("/train/memory")
-def train_memory(req: TrainingRequest, request: Request, plots: bool = False) -> dict:
+async def train_memory(req: TrainingRequest, request: Request, plots: bool = False) -> dict:
     """Peak memory per GPU of a training plan, per pipeline stage (`train memory --json`)."""
-    return work.train_memory(_body(request, req), plots)
+    return await _quick(work.train_memory, _body(request, req), plots)
 
 
 @router.post("/train/estimate")
-def train_estimate(req: TrainingRequest, request: Request, plots: bool = False) -> dict:
+async def train_estimate(req: TrainingRequest, request: Request, plots: bool = False) -> dict:
     """One training step: time, tokens/s per GPU, MFU, breakdown (`train estimate --json`)."""
-    return work.train_estimate(_body(request, req), plots)
+    return await _quick(work.train_estimate, _body(request, req), plots)
 
 
 def _submit(request: Request, kind: str, body: dict) -> JSONResponse:
