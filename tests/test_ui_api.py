@@ -274,6 +274,15 @@ def test_plan_search_takes_the_document_length_axis(client):
     assert all(p["doc_lengths"] == body["doc_lengths"] for p in view["result"]["plans"])
 
 
+def test_plan_search_takes_the_fine_tuning_method(client):
+    body = {"model": "llama-3.2-1b", "gpu": H100, "num_gpus": 8, "global_batch_size": 64, "top": 2,
+            "framework": "deepspeed", "method": "lora", "lora_rank": 16, "lora_targets": "q,k,v,o"}
+    view = wait(client, client.post("/api/train/plan", json=body).json())
+    assert view["state"] == "done", view["error"]
+    assert all(p["method"] == "lora" and p["lora_rank"] == 16 and p["lora_targets"] == ["q", "k", "v", "o"]
+               for p in view["result"]["plans"])
+
+
 @pytest.mark.parametrize("path,body,args", [
     ("/api/train/plan", {"model": "llama-3.1-8b", "gpu": H100, "num_gpus": 8, "objective": "cost",
                          "global_batch_size": 64},
@@ -286,7 +295,11 @@ def test_plan_search_takes_the_document_length_axis(client):
      ("serve", "plan", "--model", "llama-3.2-1b", "--gpu", H100, "--request-rate", "2")),
     ("/api/serve/simulate", {"model": "llama-3.2-1b", "gpu": "b300", "workload": {"num_requests": 10}},
      ("serve", "simulate", "--model", "llama-3.2-1b", "--gpu", "b300", "--num-requests", "10")),
-], ids=["cost-without-price", "pin-not-dividing", "no-slo", "unknown-gpu"])
+    ("/api/train/plan", {"model": "llama-3.2-1b", "gpu": H100, "num_gpus": 8, "global_batch_size": 64,
+                         "method": "qlora"},
+     ("train", "plan", "--model", "llama-3.2-1b", "--gpu", H100, "--num-gpus", "8",
+      "--global-batch-size", "64", "--method", "qlora")),
+], ids=["cost-without-price", "pin-not-dividing", "no-slo", "unknown-gpu", "method-not-on-framework"])
 def test_bad_job_input_is_refused_before_queueing(client, path, body, args):
     before = len(client.get("/api/jobs").json())
     answer = client.post(path, json=body)

@@ -15,7 +15,7 @@ from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.cli.train import build_plan
 from meshplan.training import TrainingPlan
-from meshplan.training.capabilities import schedules_for
+from meshplan.training.capabilities import frameworks_for, schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.economics import economics
 from meshplan.training.plan import TrainingPlan
@@ -158,6 +158,10 @@ def search_inputs(objective: str, price: float | None, tokens: float | None, seq
         if global_batch_tokens is None:
             raise ConfigError("give --global-batch-size (sequences) or --global-batch-tokens")
         global_batch_size = max(1, global_batch_tokens // seq_len)
+    method = plan_fields.get("method") or "full"
+    if method != "full" and framework not in frameworks_for(method):
+        raise ConfigError(f"--method {method} with --framework {framework}: {method} fine-tuning "
+                          f"runs on {', '.join(frameworks_for(method))}")
     schedule = pinned.get("schedule")
     if schedule is not None and schedule not in schedules_for(framework):
         raise ConfigError(f"--schedule {schedule!r}: {framework} runs "

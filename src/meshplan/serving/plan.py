@@ -28,6 +28,14 @@ ENGINE_KV_DTYPES = {
 TensorRT-LLM's kv_cache_quant_algo)."""
 
 
+def pool_phase(prefill_gpus: int | None, decode_gpus: int | None) -> str | None:
+    """The one phase pool a disaggregated deployment or record has when the other side is null
+    ("prefill" or "decode"); None when both pools are there."""
+    if decode_gpus is None:
+        return "prefill"
+    return "decode" if prefill_gpus is None else None
+
+
 class Disaggregation(BaseModel):
     """Prefill/decode disaggregation: separate pools, KV cache shipped from prefill to decode.
 
@@ -57,9 +65,7 @@ class Disaggregation(BaseModel):
     @property
     def phase(self) -> str | None:
         """The one pool deployed ("prefill" or "decode"); None when both are."""
-        if self.decode_gpus is None:
-            return "prefill"
-        return "decode" if self.prefill_gpus is None else None
+        return pool_phase(self.prefill_gpus, self.decode_gpus)
 
 
 class ServingPlan(BaseModel):

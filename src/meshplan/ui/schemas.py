@@ -102,6 +102,12 @@ class TrainingSearchRequest(BaseModel):
     """MoE routing skew (zipf:s=1.2 or uniform); adds the moe_balance axis."""
     moe_balance: Literal["none", "aux-free", "eplb"] | None = None
     """Pin MoE balancing."""
+    method: Literal["full", "lora", "qlora"] = "full"
+    """What is trained (fixed; the layout is searched): full, lora or qlora."""
+    lora_rank: int | None = Field(None, ge=1)
+    """LoRA rank r (PEFT's default 8)."""
+    lora_targets: str | None = None
+    """Adapted linear layers, comma-separated (q,k,v,o,gate,up,down); default q,v."""
     objective: Literal["throughput", "cost", "time-to-train"] = "throughput"
     """What the ranking optimises."""
     price_per_gpu_hour: float | None = Field(None, gt=0)

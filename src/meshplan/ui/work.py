@@ -79,7 +79,8 @@ def train_plan_inputs(body: dict):
     base = search_inputs(r.objective, r.price_per_gpu_hour, r.train_tokens, r.seq_len,
                          r.global_batch_size, r.global_batch_tokens, r.framework, r.precision, pinned,
                          doc_lengths=r.doc_lengths, expert_skew=r.expert_skew, balance=r.balance,
-                         moe_balance=r.moe_balance)
+                         moe_balance=r.moe_balance, method=r.method, lora_rank=r.lora_rank,
+                         lora_targets=r.lora_targets)
     spec = load_model(r.model)
     cluster = opt.build_cluster(r.gpu, r.num_gpus, r.gpus_per_node, None, None, None)
     check_pins(pinned, r.num_gpus)

@@ -91,9 +91,9 @@ class Disaggregated(BaseModel):
     @property
     def phase(self) -> str | None:
         """The one pool measured ("prefill" or "decode"); None when both are."""
-        if self.decode_gpus is None:
-            return "prefill"
-        return "decode" if self.prefill_gpus is None else None
+        from meshplan.serving.plan import pool_phase
+
+        return pool_phase(self.prefill_gpus, self.decode_gpus)
 
 
 PHASE_METRICS = {
