@@ -103,9 +103,20 @@ class Replica:
         return now, ran
 
     def _admission_frozen(self) -> bool:
-        """Whether no decode step can change the waiting queue before the next event (none
-        waits, or the batch is full): then a run of steps depends only on time and blocks."""
-        return not self.waiting or len(self.running) >= self.cfg.max_num_seqs
+        """Whether no decode step can change the waiting queue before the next event: none
+        waits, the batch is full, or the head of the queue needs more blocks than are free now.
+        Pure decode steps only take blocks (nothing finishes inside a stretch), so a head that
+        does not fit now fits at none of them -- unless the engine keeps room for the running
+        requests' future tokens (SGLang's new-token ratio), which shrinks as they decode.
+        Then a run of steps depends only on time and blocks."""
+        if not self.waiting or len(self.running) >= self.cfg.max_num_seqs:
+            return True
+        if self.cfg.future_token_ratio:
+            return False
+        if (self.cfg.mixed_batches and not self.waiting[0].prefilled
+                and self.cfg.max_num_batched_tokens <= self.decode.count):
+            return True  # no token budget left for a prefill while this batch decodes
+        return self._blocks_to_admit(self.waiting[0]) > self.pool.available()
 
     def _skip_stretches(self, now: float, horizon: float, ran: int, step_s: float) -> tuple[float, int]:
         """`skip_decodes` for a frozen queue, costing up to STRETCH steps at once: the step
