@@ -8,6 +8,7 @@ calls them alternately; nothing here knows about other replicas or the clock bey
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 
 import numpy as np
@@ -38,7 +39,8 @@ class Replica:
         self.index, self.cfg, self.pool, self.cost, self.log = index, cfg, pool, cost, log
         self.role, self.window_blocks = role, window_blocks
         self.decode = DecodeSet(pool.block_size, cfg.tokens_per_step)
-        self.decode_end_s: list[float] = []
+        self.decode_end_s = array("d")
+        """End time of every decode step, in order (a request's token times are a slice)."""
         self.waiting: deque[Seq] = deque()
         self.running: dict[int, Seq] = {}
         self.prefilling: dict[int, Seq] = {}
@@ -154,7 +156,7 @@ class Replica:
         self.pool.allocate(int(grown[-1]))
         d.step += n
         d.grown_for = d.step - 1
-        self.decode_end_s.extend(ends.tolist())
+        self.decode_end_s.frombytes(ends.astype(float).tobytes())
         starts = np.concatenate(([now], ends[:-1]))
         self.log.extend(n, replica=self.index, start_s=starts, end_s=ends, prefill_tokens=0,
                         decode_seqs=d.count, num_seqs=len(self.running), waiting=0,
@@ -473,7 +475,7 @@ class Replica:
         return out[: seq.req.output_len]
 
     def _run_times(self, c0: int, steps: int) -> np.ndarray:
-        step_times = np.fromiter(self.decode_end_s[c0:c0 + steps], float, steps)
+        step_times = np.frombuffer(self.decode_end_s, float, steps, 8 * c0).copy()
         e = self.cfg.tokens_per_step
         if e == 1.0:
             return step_times
