@@ -187,11 +187,7 @@ def simulate_cmd(
         input_len=input_len, output_len=output_len, range_ratio=range_ratio,
         shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns,
         lora_popularity=lora_popularity, lora_zipf_exponent=lora_zipf_exponent)
-    if not slo_percentile <= 100:
-        raise ConfigError(f"--slo-percentile {slo_percentile!r}: give a share of requests in (0, 100]")
-    slo = None
-    if any(v is not None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)):
-        slo = SLO(ttft_ms=slo_ttft_ms, tpot_ms=slo_tpot_ms, e2e_ms=slo_e2e_ms)
+    slo = _slo(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
     result = _run(spec_model, cluster, plan, workload, slo,
                   shown=show_progress(quiet, json_out) and len(workload.requests) >= 5000)
     _write_outputs(result, requests_csv, trace_out)
@@ -200,10 +196,7 @@ def simulate_cmd(
         print_json({**result.to_dict(), **({"slo": verdict} if verdict else {})})
     else:
         _render(result, workload)
-        if verdict:
-            word = "[bold green]MET[/]" if verdict["met"] else "[bold red]NOT MET[/]"
-            console.print(f"SLOs {word}: {verdict['attainment']:.1%} of requests meet every objective "
-                          f"(needed {verdict['percentile']:g}%)", highlight=False)
+        _render_verdict(verdict)
 
     def page():
         from meshplan.report.pages_serving import simulate_page
@@ -232,6 +225,23 @@ def _write_outputs(result: SimulationResult, requests_csv: Path | None, trace_ou
         write_requests_csv(result.records, requests_csv)
     if trace_out is not None:
         write_iterations_trace(result.log, trace_out)
+
+
+def _slo(ttft_ms: float | None, tpot_ms: float | None, e2e_ms: float | None,
+         percentile: float) -> SLO | None:
+    """The SLO of the --slo-* flags (None when none is given), the percentile checked."""
+    if not percentile <= 100:
+        raise ConfigError(f"--slo-percentile {percentile!r}: give a share of requests in (0, 100]")
+    if all(v is None for v in (ttft_ms, tpot_ms, e2e_ms)):
+        return None
+    return SLO(ttft_ms=ttft_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms)
+
+
+def _render_verdict(verdict: dict | None) -> None:
+    if verdict:
+        word = "[bold green]MET[/]" if verdict["met"] else "[bold red]NOT MET[/]"
+        console.print(f"SLOs {word}: {verdict['attainment']:.1%} of requests meet every objective "
+                      f"(needed {verdict['percentile']:g}%)", highlight=False)
 
 
 def _render(result: SimulationResult, workload: Workload) -> None:

@@ -255,13 +255,19 @@ BALANCE_COLUMNS = (("balance", "attention", "balance", "{}"),
 def _render_balance(ranked) -> None:
     """Each ranked plan's balancing strategies and the busiest rank's load over the mean."""
     shown = [c for c in BALANCE_COLUMNS if c[1] in ranked[0].imbalance]
-    if not shown:
+    _numbered_table([c[0] for c in shown],
+                    [[fmt.format(e.imbalance[kind][key]) for _, kind, key, fmt in shown] for e in ranked])
+
+
+def _numbered_table(headers: list[str], rows: list[list[str]]) -> None:
+    """A side table under the ranking: one numbered row per ranked plan (nothing without columns)."""
+    if not headers:
         return
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-    for col in ("#", *(c[0] for c in shown)):
+    for col in ("#", *headers):
         table.add_column(col, justify="right", no_wrap=True)
-    for i, e in enumerate(ranked, 1):
-        table.add_row(str(i), *(fmt.format(e.imbalance[kind][key]) for _, kind, key, fmt in shown))
+    for i, cells in enumerate(rows, 1):
+        table.add_row(str(i), *cells)
     console.print(table)
 
 
@@ -302,14 +308,7 @@ def render(result: SearchResult, title: str, cluster, money: list[dict] | None =
 def _render_money(money: list[dict]) -> None:
     """Cost and time to train per ranked plan, when a price or a token budget was given."""
     shown = [c for c in MONEY_COLUMNS if money and money[0].get(c[1]) is not None]
-    if not shown:
-        return
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-    for col in ("#", *(c[0] for c in shown)):
-        table.add_column(col, justify="right", no_wrap=True)
-    for i, m in enumerate(money, 1):
-        table.add_row(str(i), *(fmt.format(m[key]) for _, key, fmt in shown))
-    console.print(table)
+    _numbered_table([c[0] for c in shown], [[fmt.format(m[key]) for _, key, fmt in shown] for m in money])
 
 
 def register(app: typer.Typer) -> None:

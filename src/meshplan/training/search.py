@@ -72,29 +72,7 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
     """Every combination of open fields the framework supports (validity checked later); with
     `offload`, only those that use an offload tier of `offload_axes`."""
     cap = capability(base.framework) or GENERIC
-    node = cluster.gpus_per_node
-    layer_divisors = tuple(d for d in range(3, 129) if model.num_layers % d == 0)
-    cps = tuple(c for c in (1, 2, 4, 8, 16, 32) if c == 1 or base.seq_len // c >= 4096)
-
-    def sizes(dim: str, default: tuple) -> tuple:
-        return _axis(pinned.get(dim), default if dim in cap.parallel else (1,))
-
-    axes = {
-        "tp": sizes("tp", tuple(t for t in POWERS if t <= node)),
-        "pp": sizes("pp", tuple(sorted({*POWERS, *layer_divisors}))),
-        "vpp": _axis(pinned.get("vpp"), (1, 2, 4, 8) if "pp" in cap.parallel else (1,)),
-        "cp": sizes("cp", cps),
-        "ep": sizes("ep", (1, 2, 4, 8, 16, 32, 64) if model.is_moe else (1,)),
-        "etp": _axis(pinned.get("etp"), (None, *(e for e in POWERS if e <= node))
-                     if model.is_moe and "ep" in cap.parallel else (None,)),
-        "micro_batch_size": _axis(pinned.get("micro_batch_size"), (1, 2, 4, 8)),
-        "recompute": _axis(pinned.get("recompute"), cap.recompute),
-        "dp_sharding": _axis(pinned.get("dp_sharding"), cap.search_dp_sharding or cap.dp_sharding),
-        "schedule": _axis(pinned.get("schedule"), (None,)),
-        "offload_optimizer": _axis(pinned.get("offload_optimizer"), cap.offload_optimizer),
-        **_balance_axes(base, model, pinned),
-        **{k: v for k, v in offload_axes(cap, pinned).items() if offload or k in pinned},
-    }
+    axes = _axes(base, model, cluster, pinned, cap, offload)
     world = cluster.num_gpus
     for values in itertools.product(*axes.values()):
         fields = dict(zip(axes, values))
@@ -117,6 +95,34 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
             per_chunk = model.num_layers // chunks
             if per_chunk >= 2:  # Megatron's block method: recompute only half of each chunk
                 yield plan.model_copy(update={"recompute_num_layers": per_chunk // 2})
+
+
+def _axes(base: TrainingPlan, model: ModelSpec, cluster: Cluster, pinned: dict, cap,
+          offload: bool) -> dict[str, tuple]:
+    """The values each open field of the search takes (pinned fields take their pin)."""
+    node = cluster.gpus_per_node
+    layer_divisors = tuple(d for d in range(3, 129) if model.num_layers % d == 0)
+    cps = tuple(c for c in (1, 2, 4, 8, 16, 32) if c == 1 or base.seq_len // c >= 4096)
+
+    def sizes(dim: str, default: tuple) -> tuple:
+        return _axis(pinned.get(dim), default if dim in cap.parallel else (1,))
+
+    return {
+        "tp": sizes("tp", tuple(t for t in POWERS if t <= node)),
+        "pp": sizes("pp", tuple(sorted({*POWERS, *layer_divisors}))),
+        "vpp": _axis(pinned.get("vpp"), (1, 2, 4, 8) if "pp" in cap.parallel else (1,)),
+        "cp": sizes("cp", cps),
+        "ep": sizes("ep", (1, 2, 4, 8, 16, 32, 64) if model.is_moe else (1,)),
+        "etp": _axis(pinned.get("etp"), (None, *(e for e in POWERS if e <= node))
+                     if model.is_moe and "ep" in cap.parallel else (None,)),
+        "micro_batch_size": _axis(pinned.get("micro_batch_size"), (1, 2, 4, 8)),
+        "recompute": _axis(pinned.get("recompute"), cap.recompute),
+        "dp_sharding": _axis(pinned.get("dp_sharding"), cap.search_dp_sharding or cap.dp_sharding),
+        "schedule": _axis(pinned.get("schedule"), (None,)),
+        "offload_optimizer": _axis(pinned.get("offload_optimizer"), cap.offload_optimizer),
+        **_balance_axes(base, model, pinned),
+        **{k: v for k, v in offload_axes(cap, pinned).items() if offload or k in pinned},
+    }
 
 
 def _balance_axes(base: TrainingPlan, model: ModelSpec, pinned: dict) -> dict:
