@@ -150,8 +150,10 @@ def eplb_rank_loads(shares: np.ndarray, ep: int, slots: int) -> tuple[np.ndarray
 
 
 @functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)
 def routing_load(spec: str, experts: int, ep: int, balance: str) -> RoutingLoad:
-    """Busiest expert and EP rank load for `spec`'s shares under `balance`."""
+    """Busiest expert and EP rank load for `spec`'s shares under `balance` (cached: every MoE
+    layer of every searched plan asks, and a measured profile is a file read)."""
     shares = expert_shares(spec, experts)
     if balance == "aux-free":
         shares = aux_free(shares)
