@@ -51,12 +51,14 @@ def parse_yaml(text: str, where: str) -> Any:
     """YAML (JSON is YAML), with a one-line message on a syntax error or absurd nesting."""
     import yaml
 
+    from meshplan.yamlread import TooDeep, load_user
+
     try:
-        return yaml.safe_load(text)
+        return load_user(text)
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{where}: not valid YAML{at}: {first}") from None
-    except RecursionError:
+    except (TooDeep, RecursionError):
         raise ConfigError(f"{where}: YAML nested too deeply") from None

@@ -3,11 +3,10 @@ use (meshplan.cli.lazy), so a help page or a catalog listing starts without the 
 
 from __future__ import annotations
 
-import typer
 
-from meshplan.cli.lazy import LazyGroup
+from meshplan.cli.lazy import LazyGroup, new_app
 
-app = typer.Typer(
+app = new_app(
     name="meshplan",
     cls=LazyGroup,
     no_args_is_help=True,

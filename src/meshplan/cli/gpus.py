@@ -6,11 +6,12 @@ import typer
 from rich import box
 from rich.table import Table
 
+from meshplan.cli.lazy import new_app
 from meshplan.cli.common import console, print_json, user_errors
 from meshplan.hardware import GPUSpec, get_gpu, list_gpus
 
-gpus_app = typer.Typer(help="The GPU catalog.", no_args_is_help=True)
-gpu_app = typer.Typer(help="One GPU's catalog row.", no_args_is_help=True)
+gpus_app = new_app(help="The GPU catalog.", no_args_is_help=True)
+gpu_app = new_app(help="One GPU's catalog row.", no_args_is_help=True)
 
 GIB = 2**30
 LIST_COLUMNS = (

@@ -5,13 +5,14 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
+from meshplan.cli.lazy import new_app
 from meshplan.cli.common import console, print_json, user_errors
 from meshplan.cli.render import count, si
 from meshplan.model import list_entries, load_model
 from meshplan.model.summary import model_summary
 
-models_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
-model_app = typer.Typer(help="One model's parameters, FLOPs and KV-cache size.", no_args_is_help=True)
+models_app = new_app(help="The model catalog.", no_args_is_help=True)
+model_app = new_app(help="One model's parameters, FLOPs and KV-cache size.", no_args_is_help=True)
 
 MODEL_HELP = "Catalog name (e.g. llama-3.1-70b), path to a config.json, or hf:ORG/NAME."
 

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import typer
 
+from meshplan.cli.lazy import new_app
 from meshplan.cli import options as opt
 from meshplan.cli.common import err_console, user_errors
 from meshplan.validate.bench_results import read_result
 from meshplan.validate.record_build import (DEFAULT_SOURCE, append_record, existing_ids, serving_record,
                                             training_record, unique_id)
 
-record_app = typer.Typer(help="Write your own measured runs as run records (for validate and calibrate).",
+record_app = new_app(help="Write your own measured runs as run records (for validate and calibrate).",
                          no_args_is_help=True)
 
 OUT = typer.Option(..., "--out", help="Run-record YAML file to append to (created when missing).")

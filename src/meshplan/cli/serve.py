@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
+from meshplan.cli.lazy import new_app
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
@@ -20,7 +21,7 @@ from meshplan.serving.simulate import SimulationResult, simulate
 from meshplan.serving.traces import read_trace
 from meshplan.serving.workload import Workload, WorkloadSpec, synthesize
 
-serve_app = typer.Typer(help="Serving deployments: simulate traffic, plan, export launch commands.",
+serve_app = new_app(help="Serving deployments: simulate traffic, plan, export launch commands.",
                         no_args_is_help=True)
 
 

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from rich import box
 from rich.table import Table
 
+from meshplan.cli.lazy import new_app
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import console, finish, print_json, user_errors, with_site
@@ -25,7 +26,7 @@ from meshplan.training.estimate import estimate_step
 from meshplan.training.estimate_report import estimate_dict, trace_extras
 from meshplan.training.memory_report import memory_dict
 
-train_app = typer.Typer(help="Training runs: memory, step time, plan search, sweeps and launch configs.",
+train_app = new_app(help="Training runs: memory, step time, plan search, sweeps and launch configs.",
                         no_args_is_help=True)
 GIB = 2**30
 

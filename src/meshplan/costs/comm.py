@@ -106,10 +106,10 @@ protocol is the fitted ring."""
 @functools.cache
 def _families() -> dict[str, Any]:
     """The rows of costs/data/comm_constants.yaml, read once."""
-    import yaml
+    from meshplan.yamlread import load_packaged
 
     data = resources.files("meshplan.costs").joinpath("data", "comm_constants.yaml")
-    return yaml.safe_load(data.read_text())["families"]
+    return load_packaged(data.read_text())["families"]
 
 
 @functools.cache

@@ -7,7 +7,7 @@ import functools
 from dataclasses import replace
 from importlib import resources
 
-import yaml
+from meshplan.yamlread import load_packaged
 
 from meshplan.costs.ops import ComputeConstants
 from meshplan.hardware import GPUSpec
@@ -22,7 +22,7 @@ CEILINGS = ("gemm_efficiency", "fp8_gemm_efficiency")
 @functools.cache
 def _data() -> dict:
     text = resources.files("meshplan.costs").joinpath("data").joinpath("compute_constants.yaml").read_text()
-    return yaml.safe_load(text)
+    return load_packaged(text)
 
 
 def _families() -> dict[str, dict]:

@@ -8,7 +8,7 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
-import yaml
+from meshplan.yamlread import load_packaged
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -164,7 +164,7 @@ def parse_interconnect_rows(
 def _read_rows(filename: str, key: str) -> list[Any]:
     """The list under `key` in a packaged data file."""
     text = (resources.files("meshplan.hardware") / "data" / filename).read_text("utf-8")
-    data = yaml.safe_load(text)
+    data = load_packaged(text)
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
         raise ConfigError(f"{filename}: expected a mapping with a {key!r} list")
     return data[key]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
+from meshplan.yamlread import load_packaged
 
 from meshplan.errors import UnknownNameError
 
@@ -39,7 +39,7 @@ class CatalogEntry:
 @functools.cache
 def _index() -> dict[str, CatalogEntry]:
     text = resources.files(_PACKAGE).joinpath(_FOLDER, "index.yaml").read_text()
-    rows = yaml.safe_load(text)["models"]
+    rows = load_packaged(text)["models"]
     entries: dict[str, CatalogEntry] = {}
     for row in rows:
         entry = CatalogEntry(

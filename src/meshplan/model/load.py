@@ -8,7 +8,7 @@ from pathlib import Path
 from importlib import resources
 from typing import Any
 
-import yaml
+from meshplan.yamlread import load_packaged
 
 from meshplan.userfiles import parse_json, read_text
 from meshplan.errors import ConfigError
@@ -43,7 +43,7 @@ DEFAULTS_ALIASES = {"kimi_k2": "deepseek_v3"}
 def family_defaults() -> dict[str, dict[str, Any]]:
     """transformers' config-class defaults per model_type (see families/defaults.yaml)."""
     text = resources.files("meshplan.model.families").joinpath("defaults.yaml").read_text()
-    return yaml.safe_load(text)["defaults"]
+    return load_packaged(text)["defaults"]
 
 
 CORE_FIELDS = (("hidden_size", "n_embd"), ("num_hidden_layers", "n_layer"),

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, fields
 from importlib import resources
 
-import yaml
+from meshplan.yamlread import load_packaged
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,7 +53,7 @@ def constants_key(engine: str, version: str | None = None) -> str:
 
 def _read(name: str) -> dict:
     path = resources.files("meshplan.serving").joinpath("data").joinpath(name)
-    return yaml.safe_load(path.read_text()) if path.is_file() else {}
+    return load_packaged(path.read_text()) if path.is_file() else {}
 
 
 @functools.cache

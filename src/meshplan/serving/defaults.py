@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 
-import yaml
+from meshplan.yamlread import load_packaged
 
 from meshplan.errors import ConfigError, UnknownNameError
 
@@ -50,7 +50,7 @@ class EngineDefaults:
 @functools.cache
 def _engines() -> dict:
     text = resources.files("meshplan.serving").joinpath("data").joinpath("engine_defaults.yaml").read_text()
-    return yaml.safe_load(text)["engines"]
+    return load_packaged(text)["engines"]
 
 
 def canonical_engine(name: str) -> str:

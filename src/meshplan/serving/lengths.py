@@ -105,10 +105,10 @@ def _table_mean(probs: np.ndarray, values: np.ndarray) -> float:
 @lru_cache(maxsize=1)
 def sharegpt_table() -> EmpiricalLengths:
     """The ShareGPT-like table of serving/data/sharegpt_lengths.yaml, read once."""
-    import yaml
+    from meshplan.yamlread import load_packaged
 
     text = resources.files("meshplan.serving").joinpath("data", "sharegpt_lengths.yaml").read_text()
-    data = yaml.safe_load(text)
+    data = load_packaged(text)
     table = EmpiricalLengths(
         probs=np.array(data["probs"]["values"], dtype=float),
         input_quantiles=np.array(data["input_tokens"]["quantiles"]["values"], dtype=float),

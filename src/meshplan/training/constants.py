@@ -11,7 +11,7 @@ import functools
 from dataclasses import dataclass, fields, replace
 from importlib import resources
 
-import yaml
+from meshplan.yamlread import load_packaged
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,7 +68,7 @@ def _fitted() -> dict:
             "fitted_constants.yaml").read_text()
     except FileNotFoundError:
         return {}
-    return yaml.safe_load(text) or {}
+    return load_packaged(text) or {}
 
 
 def apply_fit(table: dict, framework: str, architecture: str) -> TrainingConstants:

@@ -14,10 +14,12 @@ import functools
 import json
 import math
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from meshplan.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 DISTRIBUTIONS = {"lognormal": ("mean", "sigma"), "zipf": ("s", "min", "max")}
 """Named distributions and the parameters each takes (`seed` is accepted by all)."""
@@ -66,6 +68,7 @@ def _parse_named(spec: str) -> tuple[str, dict[str, float]]:
 
 def _draw(name: str, params: dict[str, float], n: int, rng: np.random.Generator) -> np.ndarray:
     """`n` lengths from a named distribution (continuous draws rounded, at least 1 token)."""
+    import numpy as np
     if name == "lognormal":
         sigma = params["sigma"]
         mu = math.log(params["mean"]) - sigma**2 / 2  # so that the mean length is `mean`
@@ -144,6 +147,7 @@ def _empty(path: str):
 
 def sample_lengths(spec: str, n: int) -> np.ndarray:
     """`n` document lengths drawn from `spec` (deterministic: seeded)."""
+    import numpy as np
     name = spec.partition(":")[0].strip()
     if name in DISTRIBUTIONS:
         name, params = _parse_named(spec)
@@ -159,6 +163,7 @@ def sample_lengths(spec: str, n: int) -> np.ndarray:
 def documents_for(spec: str, tokens: int) -> np.ndarray:
     """Documents totalling at least `tokens` tokens, drawn in a stable order (a longer draw
     starts with the same documents as a shorter one)."""
+    import numpy as np
     n = 1024
     while True:
         lengths = sample_lengths(spec, n)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
-import yaml
+from meshplan.yamlread import load_packaged
 
 from meshplan.costs.host import HOST_OP_S, OPS_PER_KERNEL
 from meshplan.model.spec import LayerSpec, ModelSpec, MoEMLP
@@ -30,7 +30,7 @@ PROFILE_OF = {"megatron": "te-fused", "nemo": "te-fused", "maxtext": "compiled",
 @functools.cache
 def _profiles() -> dict:
     text = resources.files("meshplan.training").joinpath("data", "kernel_profiles.yaml").read_text()
-    return yaml.safe_load(text)["profiles"]
+    return load_packaged(text)["profiles"]
 
 
 def profile_for(framework: str) -> tuple[str, str | None]:

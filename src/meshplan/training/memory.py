@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from meshplan.hardware import Cluster
 from meshplan.model.counts import layer_kinds
@@ -32,6 +31,9 @@ from meshplan.training.states import (
     state_bytes,
     updated_params,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FRAGMENTATION = 0.05
 """Allocator slack (reserved minus allocated) as a fraction of allocated bytes at the peak."""
@@ -175,6 +177,7 @@ def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[in
 def _alive_counts(schedule: str, pp: int, vpp: int, m: int, stage: int) -> np.ndarray:
     """After each op of `stage`'s order, how many micro-batches of each chunk have run their
     forward but not yet their backward (rows: ops; columns: chunks)."""
+    import numpy as np
     counts = np.zeros((1, vpp))
     steps = []
     for code in cached_orders(schedule, pp, vpp, m)[stage]:
@@ -194,6 +197,7 @@ def _walk_peak(alive: np.ndarray, chunk_bytes: list[float],
     """At the peak of activations plus held logits over one stage's op order (a forward keeps
     its chunk's activations, its backward frees them): (activation bytes, chunks alive, logits
     held). Logits belong to the stage's last chunk when `head_bytes` > 0."""
+    import numpy as np
     weights = np.asarray(chunk_bytes, dtype=float)
     live = alive @ weights
     held = alive[:, -1] if head_bytes > 0 else np.zeros(len(alive))

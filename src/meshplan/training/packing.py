@@ -33,10 +33,12 @@ from __future__ import annotations
 import functools
 import heapq
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from meshplan.training.doclengths import documents_for
+
+if TYPE_CHECKING:
+    import numpy as np
 
 BALANCE = ("none", "sort", "per-doc-cp", "reassign")
 
@@ -58,6 +60,7 @@ class Packed:
 
 def _pieces(lengths: np.ndarray, seq_len: int) -> np.ndarray:
     """Documents longer than a sequence cut into seq_len pieces (and the remainder)."""
+    import numpy as np
     out = []
     for n in lengths.tolist():
         out += [seq_len] * (n // seq_len) + ([n % seq_len] if n % seq_len else [])
@@ -67,6 +70,7 @@ def _pieces(lengths: np.ndarray, seq_len: int) -> np.ndarray:
 def first_fit(pieces: np.ndarray, seq_len: int, num_sequences: int) -> Packed:
     """Greedy first-fit: each piece into the first sequence with room, a new sequence when
     none has; stops when a piece would open sequence num_sequences + 1."""
+    import numpy as np
     room = np.full(num_sequences, seq_len, dtype=np.int64)
     opened = 0
     lengths, seqs = [], []
@@ -85,6 +89,7 @@ def first_fit(pieces: np.ndarray, seq_len: int, num_sequences: int) -> Packed:
 
 
 def _in_sequence_order(lengths, seqs, num_sequences: int, seq_len: int) -> Packed:
+    import numpy as np
     order = np.argsort(seqs, kind="stable")
     return Packed(lengths[order].astype(np.int64), seqs[order].astype(np.int64), num_sequences, seq_len)
 
@@ -92,6 +97,7 @@ def _in_sequence_order(lengths, seqs, num_sequences: int, seq_len: int) -> Packe
 def repack_by_work(packed: Packed) -> Packed:
     """Documents re-packed heaviest first, each into the sequence with the least attention work
     that still has room (a piece that fits nowhere is left out)."""
+    import numpy as np
     n, cap = packed.num_sequences, packed.seq_len
     room = np.full(n, cap, dtype=np.int64)
     work = np.zeros(n)
@@ -122,6 +128,7 @@ def zigzag_rank_work(packed: Packed, cp: int) -> np.ndarray:
     rank r holds chunks r and 2 cp - 1 - r. A chunk's work is W(end) - W(start), W(x) being the
     query-key pairs of the sequence's first x queries (whole documents before x plus a
     triangle of the document x falls in)."""
+    import numpy as np
     seq_len, n = packed.seq_len, packed.num_sequences
     starts_local = np.cumsum(packed.lengths) - packed.lengths
     first = np.searchsorted(packed.seq, np.arange(n))
@@ -140,6 +147,7 @@ def zigzag_rank_work(packed: Packed, cp: int) -> np.ndarray:
 def per_document_rank_work(packed: Packed, cp: int) -> np.ndarray:
     """(sequences, cp) attention work per CP rank when each document is split on its own into
     2 cp pieces, piece r and 2 cp - 1 - r to rank r (per-document sharding)."""
+    import numpy as np
     j = np.arange(2 * cp + 1)
     bounds = (packed.lengths[:, None] * j[None, :]) // (2 * cp)
     pieces = np.diff(triangle(bounds), axis=1)
@@ -172,6 +180,7 @@ class DocImbalance:
 def _dp_groups(work: np.ndarray, dp: int) -> list[list[int]]:
     """Sequence indices of each DP rank by longest-processing-time: the heaviest sequence to
     the least-loaded rank that still has room."""
+    import numpy as np
     per_rank = len(work) // dp
     heap = [(0.0, r) for r in range(dp)]
     groups: list[list[int]] = [[] for _ in range(dp)]
@@ -187,6 +196,7 @@ def _microbatches(n: int, mbs: int, dp: int,
                   groups: list[list[int]] | None) -> list[list[np.ndarray]]:
     """Per DP rank, its micro-batches as arrays of sequence indices: from `groups`, or in
     packing order with micro-batches dealt round-robin (None)."""
+    import numpy as np
     if groups is not None:
         return [[np.asarray(g[k:k + mbs]) for k in range(0, len(g), mbs)] for g in groups]
     mb = np.arange(n).reshape(-1, mbs)

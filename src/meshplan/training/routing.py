@@ -24,11 +24,13 @@ import functools
 import heapq
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from meshplan.errors import ConfigError
 from meshplan.training.doclengths import load_json, read_text
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MOE_BALANCE = ("none", "aux-free", "eplb")
 AUX_FREE_RESIDUAL = 0.05
@@ -55,6 +57,7 @@ class RoutingLoad:
 
 
 def _zipf(spec: str, experts: int) -> np.ndarray:
+    import numpy as np
     params = {"seed": 0.0}
     for item in filter(None, (p.strip() for p in spec.partition(":")[2].split(","))):
         key, _, value = item.partition("=")
@@ -105,6 +108,7 @@ def _is_number(value) -> bool:
 
 def expert_shares(spec: str, experts: int) -> np.ndarray:
     """Each expert's share of the routed token copies (sums to 1)."""
+    import numpy as np
     if spec.strip() == "uniform":
         return np.full(experts, 1.0 / experts)
     if spec.partition(":")[0].strip() == "zipf":
@@ -132,6 +136,7 @@ def eplb_rank_loads(shares: np.ndarray, ep: int, slots: int) -> tuple[np.ndarray
     """(per-rank load, busiest replica's load) when `slots` redundant replicas are given to the
     experts with the most load per replica, and replicas packed heaviest first onto the
     least-loaded rank that has a free slot."""
+    import numpy as np
     e = len(shares)
     replicas = np.ones(e, dtype=np.int64)
     for _ in range(slots):
