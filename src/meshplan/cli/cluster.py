@@ -5,9 +5,9 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from meshplan.cli.lazy import new_app
 from meshplan.cli import options as opt
 from meshplan.cli.common import console, print_json, user_errors
+from meshplan.cli.lazy import new_app
 from meshplan.cli.render import si
 
 cluster_app = new_app(help="A cluster of catalog GPUs.", no_args_is_help=True)

@@ -6,8 +6,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from meshplan.cli.lazy import new_app
 from meshplan.cli.common import console, print_json, user_errors
+from meshplan.cli.lazy import new_app
 from meshplan.hardware import GPUSpec, get_gpu, list_gpus
 
 gpus_app = new_app(help="The GPU catalog.", no_args_is_help=True)

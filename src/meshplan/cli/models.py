@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from meshplan.cli.lazy import new_app
 from meshplan.cli.common import console, print_json, user_errors
+from meshplan.cli.lazy import new_app
 from meshplan.cli.render import count, si
 from meshplan.model import list_entries, load_model
 from meshplan.model.summary import model_summary

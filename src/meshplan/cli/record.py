@@ -7,9 +7,9 @@ from pathlib import Path
 
 import typer
 
-from meshplan.cli.lazy import new_app
 from meshplan.cli import options as opt
 from meshplan.cli.common import err_console, user_errors
+from meshplan.cli.lazy import new_app
 from meshplan.validate.bench_results import read_result
 from meshplan.validate.record_build import (DEFAULT_SOURCE, append_record, existing_ids, serving_record,
                                             training_record, unique_id)

@@ -8,10 +8,10 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
-from meshplan.cli.lazy import new_app
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
+from meshplan.cli.lazy import new_app
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.serving.lora import lora_slots

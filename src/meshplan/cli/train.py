@@ -12,15 +12,14 @@ from pydantic import ValidationError
 from rich import box
 from rich.table import Table
 
-from meshplan.cli.lazy import new_app
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import console, finish, print_json, user_errors, with_site
+from meshplan.cli.lazy import new_app
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
 from meshplan.training.memory import MemoryEstimate
-from meshplan.report import chrome_trace, text_timeline, write_trace
 from meshplan.training.choose import best_plan
 from meshplan.training.estimate import estimate_step
 from meshplan.training.estimate_report import estimate_dict, trace_extras
@@ -244,6 +243,8 @@ def estimate(**flags) -> None:
         return estimate_page(est, f"{title}: one training step", "meshplan train estimate", given)
 
     if trace is not None:
+        from meshplan.report import chrome_trace, write_trace
+
         write_trace(trace, chrome_trace(est.pipeline.events, extra=trace_extras(est),
                                         metadata={"model": spec.name, "gpu": cluster.gpu.name}))
     if json_out:
@@ -253,6 +254,8 @@ def estimate(**flags) -> None:
         return
     render_estimate(est, title)
     if timeline:
+        from meshplan.report import text_timeline
+
         console.print(text_timeline(est.pipeline.events), highlight=False, soft_wrap=True)
     if trace is not None:
         console.print(f"trace written to {trace} (open in ui.perfetto.dev or chrome://tracing)")
