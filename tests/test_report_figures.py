@@ -199,6 +199,21 @@ def test_serve_plan_capacities_and_latencies_come_from_the_candidates():
     assert list(tpot.y) == pytest.approx([10.0, 25.0])
 
 
+def test_serve_plan_curve_runs_through_every_probed_rate():
+    """The capacity search's probes draw the plan's latency-throughput curve (x: all replicas)."""
+    probes = ((0.5, {"ttft": 0.1, "tpot": 0.2}), (5.0, {"ttft": 0.8, "tpot": 0.5}),
+              (7.0, {"ttft": 1.4, "tpot": 0.9}))
+    cap = Capacity(rate=5.0, margins={"ttft": 0.8, "tpot": 0.5}, result=None, simulations=4, probes=probes)
+    cand = Candidate(gpu="h100-sxm-80gb", plan=ServingPlan(), unit_gpus=1, bound_rate=9.0, replicas=2,
+                     capacity=cap, verified_margins={"ttft": 0.3, "tpot": 0.2})
+    result = ServingSearch(ranked=[cand], infeasible=[], rate=8.0, targets=Targets(ttft_ms=200.0, tpot_ms=50.0),
+                           objective="min-gpus", prices={}, simulated=1, simulations=4, pruned={}, wall_s=0.1)
+    ttft, _ = fc.plan_curves_figure(result).data
+    assert list(ttft.x) == [1.0, 8.0, 10.0, 10.0, 14.0]
+    assert list(ttft.y) == pytest.approx([20.0, 60.0, 160.0, 160.0, 280.0])
+    assert list(ttft.marker.symbol) == ["circle-open", "circle", "circle-open", "x", "circle-open"]
+
+
 def test_validate_scatter_and_groups():
     rows = [Row("a", "training", "step_time_s", 2.0, 2.2, 0.1),
             Row("b", "training", "tokens_per_s_per_gpu", 1000.0, 900.0, -0.1),

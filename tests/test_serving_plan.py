@@ -118,6 +118,12 @@ def test_capacity_meets_the_targets_and_30_percent_more_does_not(model, unit):
     assert higher > UTILIZATION_CAP * sat or worst(margins(
         simulate(model, cluster(), ServingPlan(), at_rate(unit, higher)).records, t)) > 1
     assert higher <= UTILIZATION_CAP * sat  # here it is TPOT that binds, not saturation
+    # every simulated rate but saturation is kept, by rate, with its margins: the curve
+    rates = [r for r, _ in cap.probes]
+    assert rates == sorted(rates) and len(rates) == cap.simulations - 1
+    assert dict(cap.probes)[cap.rate] == cap.margins
+    assert all(worst(m) <= 1 for r, m in cap.probes if r <= cap.rate)
+    assert all(worst(m) > 1 for r, m in cap.probes if r > cap.rate)
 
 
 def test_loose_targets_stop_at_the_saturation_cap(model, unit):
@@ -347,6 +353,10 @@ def test_cli_plan_json(plan_json):
     assert first["capacity_requests_per_s"] >= 5.0
     assert first["metrics"]["completed"] == 150 and first["metrics"]["ttft_ms"]["p90"] <= 2000
     assert first["metrics"]["tpot_ms"]["p90"] <= 100 and max(first["slo_margins"].values()) <= 1
+    curve = first["capacity_curve"]  # the capacity search's probes, as the HTML curve draws them
+    assert len(curve) >= 2 and curve == sorted(curve, key=lambda p: p["requests_per_s"])
+    at_capacity = [p for p in curve if p["requests_per_s"] == first["capacity_requests_per_s"]]
+    assert at_capacity and max(at_capacity[0]["slo_margins"].values()) <= 1
     search_stats = data["search"]
     assert search_stats["simulated_plans"] >= 1 and isinstance(search_stats["pruned"], dict)
 

@@ -48,10 +48,26 @@ def _shown(targets: Targets) -> list[tuple[str, str]]:
     return [(label, key) for label, key in METRICS if getattr(targets, f"{key}_ms") is not None]
 
 
-def plan_curves_figure(result: SearchResult, title: str = "Plans: latency at the target rate and at capacity"):
-    """Per ranked plan, the SLO percentile of each objective at the target rate (from the
-    verifying simulation) and at the plan's capacity (the highest rate meeting every SLO),
-    joined by a line; the SLOs as horizontal lines and the target rate as a vertical one."""
+def _plan_points(c, rate: float, key: str, objective: float) -> tuple[list, list, list, list]:
+    """(x, y, marker symbols, hover texts) of one plan's curve for one objective: every rate its
+    capacity search simulated (small dots), its capacity (x) and the verifying simulation at the
+    target rate (circle), by total rate over its replicas."""
+    points = [(r * c.replicas, m.get(key, float("nan")) * objective, "circle-open", "probed")
+              for r, m in c.capacity.probes]
+    if c.capacity.rate > 0:
+        points.append((c.capacity.rate * c.replicas, c.capacity.margins[key] * objective, "x",
+                       "at capacity"))
+    points.append((rate, c.verified_margins.get(key, float("nan")) * objective, "circle",
+                   "at the target rate"))
+    points.sort(key=lambda p: p[0])
+    return tuple(list(v) for v in zip(*points))
+
+
+def plan_curves_figure(result: SearchResult,
+                       title: str = "Plans: latency against request rate, with capacity"):
+    """Per ranked plan, its latency-throughput curve: the SLO percentile of each objective at
+    every rate its capacity search simulated, at its capacity and at the target rate (from the
+    verifying simulation); the SLOs as horizontal lines and the target rate as a vertical one."""
     go = graph_objects()
     t = result.targets
     shown = _shown(t)
@@ -59,18 +75,14 @@ def plan_curves_figure(result: SearchResult, title: str = "Plans: latency at the
     palette = require("plotly.colors").qualitative.Plotly
     for i, c in enumerate(result.ranked, 1):
         name, color = f"#{i} {layout(c)} on {c.gpu} x{c.replicas}", palette[(i - 1) % len(palette)]
-        capacity = c.capacity.rate * c.replicas
         for col, (label, key) in enumerate(shown, 1):
-            objective = getattr(t, f"{key}_ms")
-            x = [result.rate, capacity]
-            y = [c.verified_margins.get(key, float("nan")) * objective, c.capacity.margins[key] * objective]
+            x, y, symbols, hover = _plan_points(c, result.rate, key, getattr(t, f"{key}_ms"))
             fig.add_trace(go.Scatter(name=name, x=x, y=y, mode="lines+markers", legendgroup=name,
-                                     showlegend=col == 1, marker={"symbol": ["circle", "x"], "size": 10, "color": color},
-                                     line={"color": color},
-                                     hovertext=["at the target rate", "at capacity"]), row=1, col=col)
+                                     showlegend=col == 1, marker={"symbol": symbols, "size": 9, "color": color},
+                                     line={"color": color}, hovertext=hover), row=1, col=col)
             _slo_line(fig, t, key, col)
             fig.add_vline(x=result.rate, line_dash="dot", line_color="gray", row=1, col=col)
-            fig.update_xaxes(title_text="requests/s", row=1, col=col)
+            fig.update_xaxes(title_text="requests/s (all replicas)", row=1, col=col)
             fig.update_yaxes(title_text=f"{label} ms", row=1, col=col)
     fig.update_layout(title=title)
     return fig

@@ -98,28 +98,36 @@ class Capacity:
     limited_by: str = ""
     """What stops a higher rate: "throughput" (95% of saturation reached), or the SLO
     (ttft, tpot, e2e) missed just above `rate`."""
+    probes: tuple[tuple[float, dict[str, float]], ...] = ()
+    """Every rate the search simulated with its margins, by rate: the deployment's
+    latency-throughput curve at no extra cost."""
 
 
 def capacity(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Workload, t: Targets, *,
              upper: float | None = None, rel_tol: float = 0.03, max_sims: int = 12) -> Capacity:
     """Bisect the request rate in (0, min(upper, 95% of saturation)] for the largest one
     meeting `t`."""
+    probes: dict[float, dict[str, float]] = {}
+
     def trial(rate: float) -> tuple[bool, dict, SimulationResult]:
         res = simulate(model, cluster, plan, at_rate(unit, rate))
-        m = margins(res.records, t)
+        m = probes[rate] = margins(res.records, t)
         return all(v <= 1.0 for v in m.values()), m, res
+
+    def done(rate: float, m: dict, res: SimulationResult | None, limited_by: str) -> Capacity:
+        return Capacity(rate=rate, margins=m, result=res, simulations=sims, limited_by=limited_by,
+                        probes=tuple(sorted(probes.items())))
 
     hi = UTILIZATION_CAP * saturated_rate(model, cluster, plan, unit)
     hi = min(hi, upper) if upper else hi
     lo, sims = hi / 64, 2
     ok, m_lo, res_lo = trial(lo)
     if not ok:
-        return Capacity(rate=0.0, margins=m_lo, result=res_lo, simulations=sims,
-                        limited_by=max(m_lo, key=m_lo.get))
+        return done(0.0, m_lo, res_lo, max(m_lo, key=m_lo.get))
     ok, m_hi, res_hi = trial(hi)
     sims += 1
     if ok:
-        return Capacity(rate=hi, margins=m_hi, result=res_hi, simulations=sims, limited_by="throughput")
+        return done(hi, m_hi, res_hi, "throughput")
     while hi / lo - 1 > rel_tol and sims < max_sims:
         mid = (lo * hi) ** 0.5
         ok, m, res = trial(mid)
@@ -128,5 +136,4 @@ def capacity(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Worklo
             lo, m_lo, res_lo = mid, m, res
         else:
             hi, m_hi = mid, m
-    missed = max(m_hi, key=m_hi.get)
-    return Capacity(rate=lo, margins=m_lo, result=res_lo, simulations=sims, limited_by=missed)
+    return done(lo, m_lo, res_lo, max(m_hi, key=m_hi.get))

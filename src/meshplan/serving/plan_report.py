@@ -41,6 +41,8 @@ def plan_dict(c: Candidate, r: SearchResult) -> dict:
     return {"gpu": c.gpu, "layout": layout(c), "replicas": c.replicas, "gpus": c.gpus,
             "plan": deployment_plan(c).model_dump(mode="json"),
             "capacity_requests_per_s": c.capacity.rate * c.replicas,
+            "capacity_curve": [{"requests_per_s": rate * c.replicas, "slo_margins": m}
+                               for rate, m in c.capacity.probes],
             "goodput_per_gpu": c.goodput_per_gpu(), "slo_margins": c.verified_margins or c.capacity.margins,
             "cost_per_million_output_tokens": cost_per_million(c, r.prices.get(c.gpu)), "metrics": m,
             "goodput_requests_per_s": m["goodput_requests_per_s"] if m else None,

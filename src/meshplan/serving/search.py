@@ -10,6 +10,8 @@ simulation (`capacity`) in a process pool, and the best are verified at the targ
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 
 from meshplan.errors import MeshplanError
@@ -172,8 +174,7 @@ def _job(args) -> Capacity:
         cap = capacity(model, cluster, plan, unit, t, upper=upper)
     except MeshplanError:
         return Capacity(rate=0.0, margins={}, result=None, simulations=1)
-    return Capacity(rate=cap.rate, margins=cap.margins, result=None, simulations=cap.simulations,
-                    limited_by=cap.limited_by)
+    return dataclasses.replace(cap, result=None)
 
 
 def best_case(c: Candidate, rate: float, objective: str, price: float | None) -> float:
