@@ -115,6 +115,27 @@ def test_candidates_scatter_ranks_all_sizes_by_score(searches):
         assert not any(px <= x and py > y for px, py in zip(dots.x, dots.y))
 
 
+def test_candidates_scatter_prices_plans_when_given_a_price(searches):
+    """With a price, x is each plan's USD per million tokens: price x GPUs / total tokens/s."""
+    fig = fp.candidates_figure(searches, price_per_gpu_hour=2.5)
+    assert fig.layout.xaxis.title.text == "USD per million tokens"
+    ranked = fp.ranked_overall(searches)
+    dots = traces(fig, "plans")[0]
+    want = [2.5 * n / 3600 / (e.tokens_per_s_per_gpu * n) * 1e6 for n, e in ranked]
+    assert list(dots.x) == pytest.approx(want)
+
+
+def test_one_cluster_size_is_plotted_against_memory(searches):
+    """One size: every plan has the same GPUs, so x is what they trade, peak memory per GPU."""
+    n = min(searches)
+    fig = fp.candidates_figure({n: searches[n]})
+    assert fig.layout.xaxis.title.text == "peak memory per GPU (GiB)"
+    dots = traces(fig, "plans")[0]
+    want = [e.memory.peak_stage.allocator_bytes / 2**30 for e in searches[n].ranked]
+    assert sorted(dots.x) == pytest.approx(sorted(want))
+    assert len(set(dots.x)) > 1
+
+
 def test_winner_runner_up_bars_and_why_come_from_the_breakdowns(searches):
     (_, a), (_, b) = fp.ranked_overall(searches)[:2]
     fig = fp.comparison_figure(a, b)

@@ -139,7 +139,8 @@ def plan_command(
     def page():
         from meshplan.report.pages_training import plan_page
 
-        return plan_page(results, f"{spec.name} on {num_gpus} x {gpu}: plan search", "meshplan train plan", given)
+        return plan_page(results, f"{spec.name} on {num_gpus} x {gpu}: plan search", "meshplan train plan", given,
+                         price_per_gpu_hour)
 
     html_option.write(html, page)
     finish(bool(entries))  # exit 1 when no requested cluster size has a plan that fits

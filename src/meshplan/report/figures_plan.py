@@ -6,7 +6,7 @@ of every size are ranked together by their objective score (lower is better, as 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from meshplan.report.viz import graph_objects
 from meshplan.training.estimate import StepEstimate
@@ -21,8 +21,8 @@ def ranked_overall(results: Mapping[int, SearchResult]) -> list[tuple[int, StepE
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point beats: none with fewer-or-equal GPUs (x) and
-    higher-or-equal throughput (y), better in one. Sorted by x."""
+    """Indices of the points no other point beats: none with lower-or-equal x (GPUs, cost or
+    memory) and higher-or-equal throughput (y), better in one. Sorted by x."""
     order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1]))
     front, best = [], float("-inf")
     for i in order:
@@ -38,12 +38,30 @@ def _label(n: int, est: StepEstimate) -> str:
             f"mbs{p.micro_batch_size} {p.recompute} {p.dp_sharding}")
 
 
-def candidates_figure(results: Mapping[int, SearchResult], title: str = "Ranked plans"):
-    """Total throughput (tokens/s over all GPUs) against GPUs of every ranked plan, the Pareto
-    frontier joined by a line, the winner and the runner-up marked."""
+GIB = 2**30
+
+
+def candidate_axis(results: Mapping[int, SearchResult],
+                   price_per_gpu_hour: float | None = None) -> tuple[str, Callable[[int, StepEstimate], float]]:
+    """(title, value) of the scatter's x axis, what a plan pays for its throughput: its cost per
+    million tokens when a price is given; its GPUs when several cluster sizes were searched;
+    else (one size, every plan on the same GPUs) its peak memory per GPU, which is what
+    recompute, micro-batch and sharding trade against speed."""
+    if price_per_gpu_hour is not None:
+        return "USD per million tokens", lambda n, est: price_per_gpu_hour / 3600 / est.tokens_per_s_per_gpu * 1e6
+    if len(results) > 1:
+        return "GPUs", lambda n, est: n
+    return "peak memory per GPU (GiB)", lambda n, est: est.memory.peak_stage.allocator_bytes / GIB
+
+
+def candidates_figure(results: Mapping[int, SearchResult], title: str = "Ranked plans",
+                      price_per_gpu_hour: float | None = None):
+    """Total throughput (tokens/s over all GPUs) of every ranked plan against what it costs
+    (`candidate_axis`), the Pareto frontier joined by a line, the winner and the runner-up marked."""
     go = graph_objects()
     plans = ranked_overall(results)
-    xs = [n for n, _ in plans]
+    x_title, x_of = candidate_axis(results, price_per_gpu_hour)
+    xs = [x_of(n, est) for n, est in plans]
     ys = [est.tokens_per_s_per_gpu * n for n, est in plans]
     labels = [_label(n, est) for n, est in plans]
     fig = go.Figure(go.Scatter(name="plans", x=xs, y=ys, mode="markers", hovertext=labels,
@@ -56,7 +74,7 @@ def candidates_figure(results: Mapping[int, SearchResult], title: str = "Ranked 
         if len(plans) > rank:
             fig.add_trace(go.Scatter(name=name, x=[xs[rank]], y=[ys[rank]], mode="markers",
                                      hovertext=[labels[rank]], marker={"symbol": symbol, "size": 16}))
-    fig.update_layout(title=title, xaxis_title="GPUs", yaxis_title="tokens/s (all GPUs)")
+    fig.update_layout(title=title, xaxis_title=x_title, yaxis_title="tokens/s (all GPUs)")
     return fig
 
 

@@ -56,9 +56,10 @@ def estimate_page(est: StepEstimate, title: str, command: str, inputs: Mapping) 
                   notes=_plan_notes(est.memory), sections=sections)
 
 
-def plan_page(results: Mapping[int, SearchResult], title: str, command: str, inputs: Mapping) -> Report:
-    """`train plan`: the ranked plans against GPUs with the Pareto frontier, the winner and the
-    runner-up side by side, and why the winner wins."""
+def plan_page(results: Mapping[int, SearchResult], title: str, command: str, inputs: Mapping,
+              price_per_gpu_hour: float | None = None) -> Report:
+    """`train plan`: the ranked plans' throughput against their cost, GPUs or memory with the
+    Pareto frontier, the winner and the runner-up side by side, and why the winner wins."""
     ranked = fp.ranked_overall(results)
     headline = [("cluster sizes", ", ".join(str(n) for n in results)),
                 ("plans evaluated", f"{sum(r.evaluated for r in results.values()):,}"),
@@ -69,7 +70,7 @@ def plan_page(results: Mapping[int, SearchResult], title: str, command: str, inp
         headline += [("winner tokens/s per GPU", f"{best.tokens_per_s_per_gpu:,.0f}"),
                      ("winner step time", f"{best.step_time_s:.3f} s"), ("winner MFU", f"{best.mfu:.1%}"),
                      ("winner GPUs", str(n))]
-        sections.append(Section(title="Ranked plans", figure=fp.candidates_figure(results)))
+        sections.append(Section(title="Ranked plans", figure=fp.candidates_figure(results, price_per_gpu_hour=price_per_gpu_hour)))
     if len(ranked) > 1:
         sections.append(Section(title="Winner and runner-up",
                                 figure=fp.comparison_figure(ranked[0][1], ranked[1][1])))

@@ -100,7 +100,7 @@ def train_plan(body: dict, progress: Progress | None = None) -> dict:
         from meshplan.report.pages_training import plan_page
 
         return plan_page({r.num_gpus: result}, f"{_title(spec, cluster)}: plan search", "meshplan train plan",
-                         inputs(body))
+                         inputs(body), r.price_per_gpu_hour)
 
     return {"plans": entries, "score_unit": OBJECTIVE_UNITS[r.objective],
             "search": search_dict(result, r.num_gpus), "why": why_winner(result), "report": report_json(page)}
