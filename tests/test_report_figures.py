@@ -136,6 +136,23 @@ def test_one_cluster_size_is_plotted_against_memory(searches):
     assert len(set(dots.x)) > 1
 
 
+def test_a_long_schedule_draws_its_first_and_last_events_and_marks_the_rest(step):
+    trace = chrome_trace(step.pipeline.events, extra=trace_extras(step))
+    complete = sorted((e for e in trace["traceEvents"] if e["ph"] == "X"), key=lambda e: e["ts"])
+    limit = len(complete) // 3 * 2  # fewer bars than events: thinned
+    fig = ft.gantt_figure(trace, max_bars=limit)
+    assert sum(len(t.x) for t in fig.data) == limit // 2 * 2
+    starts = sorted(b for t in fig.data for b in t.base)
+    want = [e["ts"] / 1e3 for e in complete[:limit // 2] + complete[-(limit // 2):]]
+    assert starts == pytest.approx(sorted(want))
+    (gap,) = fig.layout.shapes
+    assert gap.x0 == pytest.approx(complete[limit // 2]["ts"] / 1e3)
+    assert gap.x1 == pytest.approx(complete[-(limit // 2)]["ts"] / 1e3)
+    assert f"{len(complete) - limit // 2 * 2:,} of {len(complete):,} events not drawn" in \
+        fig.layout.annotations[0].text
+    assert ft.gantt_figure(trace, max_bars=len(complete)).layout.shapes == ()
+
+
 def test_winner_runner_up_bars_and_why_come_from_the_breakdowns(searches):
     (_, a), (_, b) = fp.ranked_overall(searches)[:2]
     fig = fp.comparison_figure(a, b)

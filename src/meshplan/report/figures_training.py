@@ -55,24 +55,48 @@ def breakdown_figure(est: StepEstimate, title: str = "Where the step time goes")
     return fig
 
 
-def gantt_figure(trace: dict, title: str = "Pipeline schedule"):
+MAX_BARS = 20_000
+"""Most bars a Gantt chart draws: beyond this a self-contained page grows past ~5 MB and the
+browser stalls. A longer schedule shows its first and last MAX_BARS / 2 events (warm-up and
+cool-down, where the bubble is) with the middle marked; the Chrome trace (--trace) keeps all."""
+
+
+def thinned(events: list[dict], max_bars: int = MAX_BARS) -> tuple[list[dict], tuple[float, float] | None]:
+    """(events to draw, the (start, end) in ms of the span left out, or None): all events when
+    they are at most `max_bars`, else the first and the last max_bars // 2 by start time."""
+    if len(events) <= max_bars:
+        return events, None
+    ordered = sorted(events, key=lambda e: e["ts"])
+    half = max_bars // 2
+    head, tail = ordered[:half], ordered[-half:]
+    return head + tail, (ordered[half]["ts"] / 1e3, tail[0]["ts"] / 1e3)
+
+
+def gantt_figure(trace: dict, title: str = "Pipeline schedule", max_bars: int = MAX_BARS):
     """A Gantt chart of a Chrome trace (`chrome_trace`): one row per (stage, stream), one bar per
-    complete event, one legend entry per event category (F, B, W, send, tp comm, ...)."""
+    complete event, one legend entry per event category (F, B, W, send, tp comm, ...); at most
+    `max_bars` bars (see `thinned`)."""
     go = graph_objects()
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
                if e["ph"] == "M" and e["name"] == "thread_name"}
     lanes = {key: f"stage {key[0]} {name}" for key, name in sorted(threads.items())}
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    drawn, gap = thinned(complete, max_bars)
     by_cat: dict[str, list[dict]] = {}
-    for e in trace["traceEvents"]:
-        if e["ph"] == "X":
-            by_cat.setdefault(e["cat"], []).append(e)
+    for e in drawn:
+        by_cat.setdefault(e["cat"], []).append(e)
     fig = go.Figure()
     for cat, events in by_cat.items():
         fig.add_trace(go.Bar(
             name=cat, orientation="h", y=[lanes[(e["pid"], e["tid"])] for e in events],
             base=[e["ts"] / 1e3 for e in events], x=[e["dur"] / 1e3 for e in events],
             hovertext=[e["name"] for e in events], hoverinfo="text+x"))
+    if gap is not None:
+        fig.add_vrect(x0=gap[0], x1=gap[1], fillcolor="lightgray", opacity=0.4, line_width=0,
+                      annotation_text=f"{len(complete) - len(drawn):,} of {len(complete):,} events not "
+                                      "drawn (all are in --trace)", annotation_position="top left")
     fig.update_layout(title=title, barmode="overlay", xaxis_title="ms from step start",
+                      height=max(450, 24 * len(lanes) + 160),  # a readable label per lane
                       yaxis={"autorange": "reversed", "categoryorder": "array",
                              "categoryarray": list(lanes.values())})
     return fig
