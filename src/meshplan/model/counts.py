@@ -11,6 +11,8 @@ Conventions (stated once, used everywhere):
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dataclasses import dataclass
 
 from meshplan.errors import ConfigError
@@ -204,7 +206,8 @@ def final_norm_params(model: ModelSpec) -> int:
 
 def total_params(model: ModelSpec) -> int:
     """Every parameter, as `transformers` instantiates the causal-LM model."""
-    layers = sum(layer_params(layer, model).total for layer in model.layers)
+    repeats = Counter(layer_kinds(model))  # one count per distinct layer, times its repeats
+    layers = sum(n * layer_params(model.layers[k], model).total for k, n in repeats.items())
     return layers + embedding_params(model) + lm_head_params(model) + final_norm_params(model)
 
 

@@ -110,5 +110,12 @@ def load_model(source: str | Path | Mapping[str, Any], name: str | None = None) 
         if path.is_dir():
             path = path / "config.json"
         return from_config(read_config_file(path), name or path.parent.name, where=str(path))
+    return _catalog_model(text, name)
+
+
+@functools.lru_cache(maxsize=64)
+def _catalog_model(text: str, name: str | None) -> ModelSpec:
+    """A catalog model, parsed once per process (ModelSpec is immutable; the web app and
+    validate ask for the same few models again and again)."""
     entry = catalog_index.get_entry(text)
     return from_config(catalog_index.catalog_config(text), name or entry.name, where=entry.name)
