@@ -266,6 +266,21 @@ def test_requests_cannot_name_files_of_the_server(client, body, message):
     assert (answer.status_code, answer.json()["detail"]) == (400, message)
 
 
+def test_plan_search_over_several_sizes_ranks_them_together_as_the_cli_does(client):
+    body = {"model": "llama-3.2-1b", "gpu": H100, "num_gpus": [8, 16], "global_batch_size": 64, "top": 2}
+    view = wait(client, client.post("/api/train/plan", json=body).json())
+    assert view["state"] == "done", view["error"]
+    code, out, _ = cli("train", "plan", "--model", "llama-3.2-1b", "--gpu", H100, "--num-gpus", "8,16",
+                       "--global-batch-size", "64", "--top", "2", "--json")
+    cli_json = json.loads(out)
+    result = view["result"]
+    assert code == 0 and result["plans"] == cli_json["plans"]
+    strip = [{k: v for k, v in s.items() if k != "seconds"} for s in result["search"] + cli_json["search"]]
+    assert strip[:2] == strip[2:]  # the same two searches (wall time aside)
+    assert {p["hardware"]["num_gpus"] for p in result["plans"]} == {8, 16} and view["done"] == view["total"]
+    assert "Winner" in result["why"] and "GPUs" in result["why"]
+
+
 def test_plan_search_takes_the_document_length_axis(client):
     body = {"model": "llama-3.2-1b", "gpu": H100, "num_gpus": 8, "global_batch_size": 64, "top": 2,
             "doc_lengths": "lognormal:mean=1500,sigma=1.2"}

@@ -5,9 +5,9 @@ the pages build their forms from these models' JSON schema (/openapi.json)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.workload import WorkloadSpec
@@ -61,8 +61,9 @@ class TrainingSearchRequest(BaseModel):
     model: str = Field(description=MODEL_HELP)
     gpu: str
     """GPU catalog name, e.g. h100-sxm-80gb."""
-    num_gpus: int = Field(ge=1)
-    """GPUs in the job."""
+    num_gpus: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, max_length=16)
+    """GPUs in the job; several sizes (8,16,32) are each searched and ranked together (a single
+    number is accepted too)."""
     gpus_per_node: int | None = Field(None, ge=1)
     """GPUs per node (default: the GPU's usual server)."""
     seq_len: int = Field(4096, ge=1)
@@ -115,7 +116,13 @@ class TrainingSearchRequest(BaseModel):
     train_tokens: float | None = Field(None, gt=0)
     """Tokens in the run (needed by objective time-to-train)."""
     top: int = Field(5, ge=1, le=100)
-    """Plans to keep."""
+    """Plans to keep per cluster size."""
+
+    @field_validator("num_gpus", mode="before")
+    @classmethod
+    def _one_size(cls, value):
+        """`num_gpus: 8` means `[8]` (the API took one size before it took several)."""
+        return [value] if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class SLOFields(BaseModel):

@@ -82,28 +82,47 @@ def train_plan_inputs(body: dict):
                          moe_balance=r.moe_balance, method=r.method, lora_rank=r.lora_rank,
                          lora_targets=r.lora_targets)
     spec = load_model(r.model)
-    cluster = opt.build_cluster(r.gpu, r.num_gpus, r.gpus_per_node, None, None, None)
-    check_pins(pinned, r.num_gpus)
-    return r, pinned, base, spec, cluster
+    clusters = []
+    for n in dict.fromkeys(r.num_gpus):  # each size once, in the order given
+        clusters.append(opt.build_cluster(r.gpu, n, r.gpus_per_node, None, None, None))
+        check_pins(pinned, n)
+    return r, pinned, base, spec, clusters
+
+
+def _in_parts(progress: Progress | None, part: int, parts: int) -> Progress | None:
+    """Progress of one of `parts` equal parts of a job (a cluster size of a plan search)."""
+    if progress is None:
+        return None
+    return lambda done, total: progress(part * total + done, parts * total)
 
 
 def train_plan(body: dict, progress: Progress | None = None) -> dict:
-    """`train plan --json` of a TrainingSearchRequest (one cluster size), and why the winner wins."""
+    """`train plan --json` of a TrainingSearchRequest: every cluster size searched, the plans
+    ranked together by score, and why the winner wins."""
     from meshplan.cli.train_plan import search_dict, search_size
-    from meshplan.training.search import OBJECTIVE_UNITS, why_winner
+    from meshplan.report.figures_plan import why_text
+    from meshplan.training.search import OBJECTIVE_UNITS
 
-    r, pinned, base, spec, cluster = train_plan_inputs(body)
-    result, entries, _ = search_size(spec, r.model, cluster, base, pinned, r.objective, r.top,
-                                     r.price_per_gpu_hour, r.train_tokens, progress)
+    r, pinned, base, spec, clusters = train_plan_inputs(body)
+    entries, searches, results = [], [], {}
+    for k, cluster in enumerate(clusters):
+        result, ranked, _ = search_size(spec, r.model, cluster, base, pinned, r.objective, r.top,
+                                        r.price_per_gpu_hour, r.train_tokens, _in_parts(progress, k, len(clusters)))
+        entries += ranked
+        searches.append(search_dict(result, cluster.num_gpus))
+        results[cluster.num_gpus] = result
+    entries.sort(key=lambda e: e["score"])
 
     def page():
         from meshplan.report.pages_training import plan_page
 
-        return plan_page({r.num_gpus: result}, f"{_title(spec, cluster)}: plan search", "meshplan train plan",
-                         inputs(body), r.price_per_gpu_hour)
+        sizes = ", ".join(str(n) for n in results)
+        return plan_page(results, f"{spec.name} on {sizes} x {clusters[0].gpu.name}: plan search",
+                         "meshplan train plan", inputs(body), r.price_per_gpu_hour)
 
     return {"plans": entries, "score_unit": OBJECTIVE_UNITS[r.objective],
-            "search": search_dict(result, r.num_gpus), "why": why_winner(result), "report": report_json(page)}
+            "search": searches[0] if len(searches) == 1 else searches, "why": why_text(results),
+            "report": report_json(page)}
 
 
 def simulate_inputs(body: dict):
