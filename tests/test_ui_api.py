@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from meshplan.cli.app import app as cli_app  # noqa: E402
+from meshplan.errors import ConfigError  # noqa: E402
 from meshplan.ui import uploads  # noqa: E402
 from meshplan.ui.app import create_app  # noqa: E402
 
@@ -142,6 +143,23 @@ def test_config_upload_that_is_not_json_or_not_a_config(client):
     assert "meshplan-ui-" not in partial.json()["detail"]  # the server's path is not shown
     unknown = client.post("/api/train/memory", json={**TRAIN, "model": "upload:0123abcd"})
     assert unknown.status_code == 400 and "no such upload" in unknown.json()["detail"]
+
+
+def test_uploads_past_the_quota_drop_the_oldest_first():
+    store = uploads.UploadStore(quota=1000)
+    try:
+        first, _ = store.save(b"a" * 400, "config.json")
+        second, _ = store.save(b"b" * 400, "config.json")
+        third, path = store.save(b"c" * 400, "config.json")  # 1,200 bytes: the oldest goes
+        assert sum(store.sizes.values()) == 800 and path.read_bytes() == b"c" * 400
+        with pytest.raises(ConfigError, match="no such upload"):
+            store.find(first, "config.json")
+        assert store.find(second, "config.json").is_file()
+        assert not (store.root / first).exists()
+        with pytest.raises(uploads.TooLarge, match="this server keeps 1,000"):
+            store.save(b"d" * 1001, "config.json")
+    finally:
+        store.close()
 
 
 def test_upload_over_the_limit_is_413_before_reading_it_all(client, monkeypatch):

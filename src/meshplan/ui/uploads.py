@@ -17,6 +17,8 @@ from meshplan.userfiles import MAX_BYTES
 
 UPLOAD_LIMIT = MAX_BYTES
 """Largest upload, bytes: the CLI's limit on a file it reads whole (meshplan.userfiles)."""
+UPLOAD_QUOTA = 16 * MAX_BYTES
+"""Most bytes the uploads of one server hold together (1 GiB); past it the oldest go first."""
 UPLOAD_PREFIX = "upload:"
 """A model name of the form upload:ID names an uploaded config.json."""
 
@@ -39,18 +41,29 @@ async def read_limited(request: Request, what: str, limit: int | None = None) ->
 
 
 class UploadStore:
-    """Files uploaded to this server, each under its own id."""
+    """Files uploaded to this server, each under its own id, at most `quota` bytes together: a
+    server left running for weeks does not fill the disk; the oldest uploads are dropped first
+    (a later request naming one is told to upload it again)."""
 
-    def __init__(self) -> None:
+    def __init__(self, quota: int = UPLOAD_QUOTA) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="meshplan-ui-"))
+        self.quota = quota
+        self.sizes: dict[str, int] = {}  # upload id -> bytes, oldest first
 
     def save(self, data: bytes, filename: str) -> tuple[str, Path]:
         """(id, path) of a new upload stored as `filename` (e.g. config.json)."""
+        if len(data) > self.quota:
+            raise TooLarge(f"the upload is {len(data):,} bytes; this server keeps {self.quota:,}")
+        while self.sizes and sum(self.sizes.values()) + len(data) > self.quota:
+            oldest = next(iter(self.sizes))
+            shutil.rmtree(self.root / oldest, ignore_errors=True)
+            del self.sizes[oldest]
         upload_id = secrets.token_hex(8)
         folder = self.root / upload_id
         folder.mkdir(mode=0o700)
         path = folder / filename
         path.write_bytes(data)
+        self.sizes[upload_id] = len(data)
         return upload_id, path
 
     def find(self, upload_id: str, filename: str) -> Path:
