@@ -131,7 +131,7 @@ def test_loose_targets_stop_at_the_saturation_cap(model, unit):
     cap = capacity(model, cluster(), ServingPlan(), unit, t)
     sat = saturated_rate(model, cluster(), ServingPlan(), unit)
     assert cap.rate == pytest.approx(UTILIZATION_CAP * sat)
-    assert cap.simulations == 3  # saturation, the lowest rate, the cap
+    assert cap.simulations == 2  # saturation and the cap (it holds, so every lower rate does)
     assert capacity(model, cluster(), ServingPlan(), unit, t, upper=5.0).rate == pytest.approx(5.0)
 
 
@@ -148,7 +148,7 @@ def test_impossible_objective_gives_rate_zero(model, unit):
     cap = capacity(model, cluster(), ServingPlan(), unit, Targets(ttft_ms=2000, tpot_ms=0.1))
     assert cap.rate == 0
     assert cap.margins["tpot"] > 1 and cap.margins["ttft"] <= 1
-    assert cap.result is not None and cap.simulations == 2
+    assert cap.result is not None and cap.simulations == 3  # saturation, the cap, the lowest rate
 
 
 # --- bounds ---------------------------------------------------------------------------------
@@ -223,7 +223,7 @@ def test_search_ranks_plans_that_meet_the_slos(found):
 
 def test_search_accounts_for_every_candidate(found):
     assert found.simulated == len(found.ranked) + len(found.infeasible)
-    assert found.simulations >= 3 * found.simulated
+    assert found.simulations >= 2 * found.simulated  # each: saturation and the rate cap, at least
     assert found.pruned or found.simulated == 6
     assert found.simulated + sum(found.pruned.values()) == 2 + 2 * 2  # colocated + pairs
     assert all(n > 0 and (k.startswith("bound: ") or k == "does not fit in memory")
@@ -354,7 +354,7 @@ def test_cli_plan_json(plan_json):
     assert first["metrics"]["completed"] == 150 and first["metrics"]["ttft_ms"]["p90"] <= 2000
     assert first["metrics"]["tpot_ms"]["p90"] <= 100 and max(first["slo_margins"].values()) <= 1
     curve = first["capacity_curve"]  # the capacity search's probes, as the HTML curve draws them
-    assert len(curve) >= 2 and curve == sorted(curve, key=lambda p: p["requests_per_s"])
+    assert curve and curve == sorted(curve, key=lambda p: p["requests_per_s"])
     at_capacity = [p for p in curve if p["requests_per_s"] == first["capacity_requests_per_s"]]
     assert at_capacity and max(at_capacity[0]["slo_margins"].values()) <= 1
     search_stats = data["search"]

@@ -121,13 +121,13 @@ def capacity(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Worklo
     hi = UTILIZATION_CAP * saturated_rate(model, cluster, plan, unit)
     hi = min(hi, upper) if upper else hi
     lo, sims = hi / 64, 2
+    ok, m_hi, res_hi = trial(hi)  # first: most plans keep their SLOs up to the cap
+    if ok:  # latency only grows with the rate, so every lower rate holds too
+        return done(hi, m_hi, res_hi, "throughput")
     ok, m_lo, res_lo = trial(lo)
+    sims += 1
     if not ok:
         return done(0.0, m_lo, res_lo, max(m_lo, key=m_lo.get))
-    ok, m_hi, res_hi = trial(hi)
-    sims += 1
-    if ok:
-        return done(hi, m_hi, res_hi, "throughput")
     while hi / lo - 1 > rel_tol and sims < max_sims:
         mid = (lo * hi) ** 0.5
         ok, m, res = trial(mid)
