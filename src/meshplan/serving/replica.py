@@ -460,27 +460,9 @@ class Replica:
         self._release(seq)
         seq.record.finish_s = end
         seq.record.replica = self.index
-        seq.record.token_times_s = self._token_times(seq)
+        seq.record.set_decode_source(self.decode_end_s, seq.segments, self.cfg.tokens_per_step,
+                                     seq.req.output_len)
         self.finished.append(seq.record)
-
-    def _token_times(self, seq: Seq) -> np.ndarray:
-        """Emission times of every output token, from prefill emissions and decode runs."""
-        parts = []
-        for a, b in seq.segments:
-            if b == -1:
-                parts.append(np.array([a]))
-            elif b > 0:
-                parts.append(self._run_times(int(a), b))
-        out = np.concatenate(parts) if parts else np.empty(0)
-        return out[: seq.req.output_len]
-
-    def _run_times(self, c0: int, steps: int) -> np.ndarray:
-        step_times = np.frombuffer(self.decode_end_s, float, steps, 8 * c0).copy()
-        e = self.cfg.tokens_per_step
-        if e == 1.0:
-            return step_times
-        per = np.diff(np.floor(np.arange(steps + 1) * e + 1e-9)).astype(int)
-        return np.repeat(step_times, per)
 
     def _log(self, end: float) -> None:
         self.log.append(self.index, self._start, end,

@@ -31,6 +31,7 @@ from meshplan.serving.replica import Replica
 from meshplan.serving.request import RequestRecord
 from meshplan.serving.router import Router
 from meshplan.serving.sequence import Seq
+from meshplan.serving.token_times import SimulatedRecord
 from meshplan.serving.workload import Workload
 
 ARRIVAL, ITERATION, TRANSFER = 0, 1, 2
@@ -150,7 +151,7 @@ class Simulation:
     def _arrive(self, index: int, now: float, upcoming: float = math.inf) -> None:
         req = self.workload.requests[index]
         arrival = now if self.workload.concurrency else req.arrival_s
-        record = RequestRecord(id=req.id, arrival_s=arrival, input_len=req.input_len, output_len=req.output_len)
+        record = SimulatedRecord(id=req.id, arrival_s=arrival, input_len=req.input_len, output_len=req.output_len)
         replica = self.entry.pick(req)
         seq = Seq(req, record)
         if self.phase == "decode":  # its prompt's KV is already there: it only decodes
