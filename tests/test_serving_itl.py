@@ -135,3 +135,4 @@ def test_token_times_built_when_read_and_assignable():
     copy = pickle.loads(pickle.dumps(record))
     assert copy.token_times_s.tolist() == [7.0] and copy.decode_run() is None
     assert SimulatedRecord(id=1, arrival_s=0.0, input_len=1, output_len=1).token_times_s.size == 0
+
