@@ -52,6 +52,8 @@ class Replica:
         self._start = 0.0
         self._preempted = 0
         self._ndec = 0
+        self._prefill = 0
+        """Prompt tokens of the iteration scheduled last (set with its duration)."""
         self.recorded: list[tuple] | None = None
         """When a list, each iteration's cost-model arguments are appended (schedule replay)."""
         self.lora: AdapterSlots | None = None
@@ -302,7 +304,8 @@ class Replica:
         seq.computed = hit * self.pool.hash_tokens
         seq.record.cached_tokens = max(seq.record.cached_tokens, seq.computed)
         seq.private = 0
-        self.pool.allocate(self.window_blocks)
+        if self.window_blocks:
+            self.pool.allocate(self.window_blocks)
         seq.window_blocks = self.window_blocks
         self.running[seq.req.id] = seq
         self.prefilling[seq.req.id] = seq
@@ -394,10 +397,13 @@ class Replica:
     # ------------------------------------------------------------------ execution
 
     def _duration(self) -> float:
-        decodes = self._ndec
-        prefill = sum(n for _, n in self._chunks)
-        pairs = sum(n * (s.computed + (n + 1) / 2) for s, n in self._chunks)
-        sampling = decodes + sum(1 for s, n in self._chunks if s.computed + n >= s.prompt)
+        decodes, chunks = self._ndec, self._chunks
+        prefill, pairs, sampling = 0, 0, decodes
+        if chunks:  # (a pure decode step has none: no sums to set up)
+            prefill = sum(n for _, n in chunks)
+            pairs = sum(n * (s.computed + (n + 1) / 2) for s, n in chunks)
+            sampling += sum(1 for s, n in chunks if s.computed + n >= s.prompt)
+        self._prefill = prefill
         k = self.cfg.speculative_tokens
         tokens = decodes * (1 + k) + prefill
         ctx = self.decode.context_tokens() * (1 + k) if decodes else 0.0
@@ -466,7 +472,7 @@ class Replica:
 
     def _log(self, end: float) -> None:
         self.log.append(self.index, self._start, end,
-                        sum(n for _, n in self._chunks),
+                        self._prefill,
                         self._ndec,
                         len(self.running), len(self.waiting), self.pool.used, self.pool.total,
                         preempted=self._preempted,
