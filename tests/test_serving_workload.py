@@ -219,3 +219,19 @@ def test_none_takes_the_default():
 def test_every_field_is_documented():
     for name, info in WorkloadSpec.model_fields.items():
         assert info.description, name
+
+
+@pytest.mark.parametrize("arrival", ["offline", "poisson", "gamma"])
+@pytest.mark.parametrize("dataset", ["fixed", "random", "sharegpt"])
+def test_single_turn_requests_equal_the_session_builder(arrival, dataset, monkeypatch):
+    """One-turn sessions without a system prompt skip the session builder: same requests."""
+    from meshplan.serving import workload
+
+    spec = WorkloadSpec(arrival=arrival, request_rate=None if arrival == "offline" else 5.0,
+                        dataset=dataset, num_requests=300,
+                        range_ratio=0.5 if dataset == "random" else 0.0)
+    fast = workload.synthesize(spec, 5).requests
+    monkeypatch.setattr(workload, "_single_turns",
+                        lambda spec, starts, users, outputs: workload._sessions(
+                            spec, 5, starts, np.zeros(len(starts), int), users, outputs))
+    assert fast == workload.synthesize(spec, 5).requests

@@ -316,7 +316,10 @@ def ep_imbalance(routed: float, ep: int) -> float:
 
 
 def _per_value(fn, values: np.ndarray) -> np.ndarray:
-    """fn applied once per distinct value of `values`, broadcast back."""
+    """fn applied once per distinct value of `values`, broadcast back (a decode stretch's
+    token and row counts are one value: no sort then)."""
+    if values.size and (values == values[0]).all():
+        return np.array([fn(int(values[0]))]).repeat(values.size)
     unique, inverse = np.unique(values, return_inverse=True)
     return np.array([fn(int(v)) for v in unique])[inverse]
 

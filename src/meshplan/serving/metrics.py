@@ -19,6 +19,7 @@ from rich.table import Table
 
 from meshplan.errors import ConfigError
 from meshplan.serving.iterations import TRANSFER, IterationLog, binned_means, time_bins
+from meshplan.serving.itl import GapPool, gap_pool, weighted_percentiles
 from meshplan.serving.request import RequestRecord
 
 
@@ -207,6 +208,62 @@ def _itl_ms(token_times: list[np.ndarray]) -> np.ndarray:
     return out[:filled]
 
 
+def _itl_percentiles(records: Sequence[RequestRecord]) -> Percentiles:
+    """ITL of completed `records`: from the gaps' weighted multiset when simulated records
+    share their replicas' decode steps (meshplan.serving.itl; the same floats), else from the
+    pooled gaps of their token-time arrays."""
+    pool = gap_pool(records)
+    if pool is None:
+        return Percentiles._of_scratch(_itl_ms([r.token_times_s for r in records]))
+    values, counts = pool.multiset()
+    keep = (values != 0) & ~np.isnan(values)
+    if not keep.any():
+        return Percentiles(mean=math.nan, p50=math.nan, p90=math.nan, p99=math.nan)
+    p50, p90, p99 = weighted_percentiles(values[keep] * 1e3, counts[keep])
+    return _PooledPercentiles.of_pool(pool, bool(keep.all()), p50, p90, p99)
+
+
+class _PooledPercentiles(Percentiles):
+    """ITL percentiles whose mean is summed only when first read. The mean must add every
+    pooled gap in request order (numpy's pairwise sum, for the same float): that pass over
+    every token costs several times the percentiles of the weighted multiset, and most callers
+    (validate) never read it. Equal to, and printed as, the `Percentiles` of the same values."""
+
+    __slots__ = ("_clean", "_pool")
+
+    @classmethod
+    def of_pool(cls, pool: GapPool, clean: bool, p50: float, p90: float,
+                p99: float) -> _PooledPercentiles:
+        """`mean` left unset until read (`__getattr__`); `clean`: no gap is zero or nan."""
+        made = cls.__new__(cls)
+        for name, value in (("p50", p50), ("p90", p90), ("p99", p99), ("_pool", pool),
+                            ("_clean", clean)):
+            object.__setattr__(made, name, value)
+        return made
+
+    def __getattr__(self, name: str) -> float:
+        """Called only for an unset slot: the mean, as `Percentiles._of_scratch` computes it."""
+        if name != "mean":
+            raise AttributeError(name)
+        gaps = self._pool.pooled()
+        if not self._clean:
+            gaps = gaps[(gaps != 0) & ~np.isnan(gaps)]
+        mean = float(np.multiply(gaps, 1e3, out=gaps).mean())
+        object.__setattr__(self, "mean", mean)
+        object.__setattr__(self, "_pool", None)
+        return mean
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Percentiles):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in fields(Percentiles))
+
+    __hash__ = Percentiles.__hash__
+
+    def __repr__(self) -> str:
+        return repr(Percentiles(**{f.name: getattr(self, f.name) for f in fields(Percentiles)}))
+
+
 def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 else math.nan
 
@@ -240,7 +297,6 @@ def compute_metrics(records: Sequence[RequestRecord], log: IterationLog | None =
     out_done = n_out[done]
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot = np.where(out_done > 1, (e2e - ttft) / (out_done - 1), np.nan)
-    itl = _itl_ms([r.token_times_s for r, ok in zip(records, done) if ok])
     duration = float(finish[done].max() - arrival.min()) if done.any() else math.nan
     total_in, total_out = int(n_in[done].sum()), int(out_done.sum())
     goodput = None
@@ -249,7 +305,7 @@ def compute_metrics(records: Sequence[RequestRecord], log: IterationLog | None =
     mean_util, max_queue = _log_stats(log)
     return ServingMetrics(
         ttft_ms=Percentiles.of(ttft), tpot_ms=Percentiles.of(tpot),
-        itl_ms=Percentiles._of_scratch(itl), e2e_ms=Percentiles.of(e2e),
+        itl_ms=_itl_percentiles([r for r, ok in zip(records, done) if ok]), e2e_ms=Percentiles.of(e2e),
         output_tokens_per_s=_ratio(total_out, duration),
         total_tokens_per_s=_ratio(total_in + total_out, duration),
         input_tokens_per_s=_ratio(total_in, duration),

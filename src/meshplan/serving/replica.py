@@ -52,6 +52,8 @@ class Replica:
         self._start = 0.0
         self._preempted = 0
         self._ndec = 0
+        self._prefill = 0
+        """Prompt tokens of the iteration scheduled last (set with its duration)."""
         self.recorded: list[tuple] | None = None
         """When a list, each iteration's cost-model arguments are appended (schedule replay)."""
         self.lora: AdapterSlots | None = None
@@ -302,7 +304,8 @@ class Replica:
         seq.computed = hit * self.pool.hash_tokens
         seq.record.cached_tokens = max(seq.record.cached_tokens, seq.computed)
         seq.private = 0
-        self.pool.allocate(self.window_blocks)
+        if self.window_blocks:
+            self.pool.allocate(self.window_blocks)
         seq.window_blocks = self.window_blocks
         self.running[seq.req.id] = seq
         self.prefilling[seq.req.id] = seq
@@ -394,10 +397,13 @@ class Replica:
     # ------------------------------------------------------------------ execution
 
     def _duration(self) -> float:
-        decodes = self._ndec
-        prefill = sum(n for _, n in self._chunks)
-        pairs = sum(n * (s.computed + (n + 1) / 2) for s, n in self._chunks)
-        sampling = decodes + sum(1 for s, n in self._chunks if s.computed + n >= s.prompt)
+        decodes, chunks = self._ndec, self._chunks
+        prefill, pairs, sampling = 0, 0, decodes
+        if chunks:  # (a pure decode step has none: no sums to set up)
+            prefill = sum(n for _, n in chunks)
+            pairs = sum(n * (s.computed + (n + 1) / 2) for s, n in chunks)
+            sampling += sum(1 for s, n in chunks if s.computed + n >= s.prompt)
+        self._prefill = prefill
         k = self.cfg.speculative_tokens
         tokens = decodes * (1 + k) + prefill
         ctx = self.decode.context_tokens() * (1 + k) if decodes else 0.0
@@ -460,31 +466,13 @@ class Replica:
         self._release(seq)
         seq.record.finish_s = end
         seq.record.replica = self.index
-        seq.record.token_times_s = self._token_times(seq)
+        seq.record.set_decode_source(self.decode_end_s, seq.segments, self.cfg.tokens_per_step,
+                                     seq.req.output_len)
         self.finished.append(seq.record)
-
-    def _token_times(self, seq: Seq) -> np.ndarray:
-        """Emission times of every output token, from prefill emissions and decode runs."""
-        parts = []
-        for a, b in seq.segments:
-            if b == -1:
-                parts.append(np.array([a]))
-            elif b > 0:
-                parts.append(self._run_times(int(a), b))
-        out = np.concatenate(parts) if parts else np.empty(0)
-        return out[: seq.req.output_len]
-
-    def _run_times(self, c0: int, steps: int) -> np.ndarray:
-        step_times = np.frombuffer(self.decode_end_s, float, steps, 8 * c0).copy()
-        e = self.cfg.tokens_per_step
-        if e == 1.0:
-            return step_times
-        per = np.diff(np.floor(np.arange(steps + 1) * e + 1e-9)).astype(int)
-        return np.repeat(step_times, per)
 
     def _log(self, end: float) -> None:
         self.log.append(self.index, self._start, end,
-                        sum(n for _, n in self._chunks),
+                        self._prefill,
                         self._ndec,
                         len(self.running), len(self.waiting), self.pool.used, self.pool.total,
                         preempted=self._preempted,

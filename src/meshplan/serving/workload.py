@@ -234,15 +234,35 @@ def synthesize(spec: WorkloadSpec, seed: int = 0) -> Workload:
         output_std=spec.output_std, max_len=spec.max_len)
     starts = _session_starts(spec, sessions, rng)
     prefixes = rng.integers(spec.num_prefixes, size=sessions)
-    builder = _SessionBuilder(spec=spec, salt=seed % 2**64, next_segment=spec.num_prefixes)
-    drafts: list[Request] = []
-    for s in range(sessions):
-        turns = min(spec.turns, spec.num_requests - s * spec.turns)
-        rows = slice(s * spec.turns, s * spec.turns + turns)
-        drafts += builder.session(s, float(starts[s]), int(prefixes[s]), users[rows], outputs[rows])
+    if spec.turns == 1 and not spec.shared_prefix_len:
+        drafts = _single_turns(spec, starts, users, outputs)
+    else:
+        drafts = _sessions(spec, seed, starts, prefixes, users, outputs)
     return Workload(requests=_sorted(drafts), hash_block_tokens=spec.hash_block_tokens,
                     concurrency=spec.concurrency, description=_describe_spec(spec, seed),
                     lora_popularity=spec.lora_popularity, lora_zipf_exponent=spec.lora_zipf_exponent, seed=seed)
+
+
+def _sessions(spec: WorkloadSpec, seed: int, starts: np.ndarray, prefixes: np.ndarray,
+              users: np.ndarray, outputs: np.ndarray) -> list[Request]:
+    """The requests of every session, turn by turn, their prompts hashed for prefix caching."""
+    builder = _SessionBuilder(spec=spec, salt=seed % 2**64, next_segment=spec.num_prefixes)
+    drafts: list[Request] = []
+    for s in range(len(starts)):
+        turns = min(spec.turns, spec.num_requests - s * spec.turns)
+        rows = slice(s * spec.turns, s * spec.turns + turns)
+        drafts += builder.session(s, float(starts[s]), int(prefixes[s]), users[rows], outputs[rows])
+    return drafts
+
+
+def _single_turns(spec: WorkloadSpec, starts: np.ndarray, users: np.ndarray,
+                  outputs: np.ndarray) -> list[Request]:
+    """Sessions of one turn and no shared system prompt: one unhashed request each, as
+    `_SessionBuilder.session` makes them, without its per-turn segment bookkeeping (the
+    offline benchmarks' thousands of requests)."""
+    first_turn = 0 * spec.think_time_s  # the turn offset `session` adds (k = 0)
+    return [Request(id=0, arrival_s=start + first_turn, input_len=user, output_len=out)
+            for start, user, out in zip(starts.tolist(), users.tolist(), outputs.tolist())]
 
 
 @dataclass(slots=True, kw_only=True)
