@@ -10,8 +10,6 @@ DRAM and NVMe instead (`training.offload`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING
 
 from meshplan.hardware import Cluster
 from meshplan.model.counts import layer_kinds
@@ -19,7 +17,7 @@ from meshplan.model.spec import ModelSpec
 from meshplan.training import activations as act
 from meshplan.training import finetune
 from meshplan.training.offload import offloaded_bytes
-from meshplan.training.pipeline_orders import F, W, cached_orders, decode
+from meshplan.training.peak_walk import walk_peak
 from meshplan.training.resolve import ResolvedPlan
 from meshplan.training.schedules import in_flight_chunks
 from meshplan.training.states import (
@@ -31,9 +29,6 @@ from meshplan.training.states import (
     state_bytes,
     updated_params,
 )
-
-if TYPE_CHECKING:
-    import numpy as np
 
 FRAGMENTATION = 0.05
 """Allocator slack (reserved minus allocated) as a fraction of allocated bytes at the peak."""
@@ -173,41 +168,6 @@ def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[in
     return total
 
 
-@lru_cache(maxsize=256)
-def _alive_counts(schedule: str, pp: int, vpp: int, m: int, stage: int) -> np.ndarray:
-    """After each op of `stage`'s order, how many micro-batches of each chunk have run their
-    forward but not yet their backward (rows: ops; columns: chunks)."""
-    import numpy as np
-    counts = np.zeros((1, vpp))
-    steps = []
-    for code in cached_orders(schedule, pp, vpp, m)[stage]:
-        kind, _, virtual = decode(code, pp * vpp)
-        if kind == W:
-            continue
-        step = np.zeros(vpp)
-        step[virtual // pp] = 1 if kind == F else -1
-        steps.append(step)
-    counts = np.cumsum(np.array(steps), axis=0) if steps else counts
-    counts.setflags(write=False)
-    return counts
-
-
-def _walk_peak(alive: np.ndarray, chunk_bytes: list[float],
-               head_bytes: float) -> tuple[float, int, int]:
-    """At the peak of activations plus held logits over one stage's op order (a forward keeps
-    its chunk's activations, its backward frees them): (activation bytes, chunks alive, logits
-    held). Logits belong to the stage's last chunk when `head_bytes` > 0."""
-    import numpy as np
-    weights = np.asarray(chunk_bytes, dtype=float)
-    live = alive @ weights
-    held = alive[:, -1] if head_bytes > 0 else np.zeros(len(alive))
-    total = live + held * head_bytes
-    k = int(np.argmax(total))
-    if total[k] <= 0.0:
-        return 0.0, 0, 0
-    return float(live[k]), int(alive[k].sum()), int(held[k])
-
-
 def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int,
                  on_gpu: bool = True) -> tuple[list[float], float]:
     """(stored bytes of each of the stage's chunks for one micro-batch, the backward working set
@@ -231,14 +191,24 @@ def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int, head_byt
     chunks (a first or last chunk lighter) or the LM head's chunk under virtual stages: walk the
     schedule's op order, since which chunks are alive at the peak then matters."""
     per_chunk, working = _chunk_bytes(model, plan, stage, on_gpu)  # working: backward of one layer
-    uniform = len(set(per_chunk)) == 1 and not (head_bytes and plan.vpp > 1)
-    if plan.vpp == 1 or uniform:
-        alive = in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)
+    alive = closed_form_in_flight(model, plan, stage, head_bytes, on_gpu)
+    if alive is not None:
         held = max(alive, 1) if head_bytes else 0
         return per_chunk[0] * alive + working, alive / plan.vpp, held
-    counts = _alive_counts(plan.schedule, plan.pp, plan.vpp, plan.num_microbatches, stage)
-    stored, alive, held = _walk_peak(counts, per_chunk, head_bytes)
+    key = (plan.schedule, plan.pp, plan.vpp, plan.num_microbatches, stage)
+    stored, alive, held = walk_peak(key, per_chunk, head_bytes)
     return stored + working, alive / plan.vpp, max(held, 1) if head_bytes else 0
+
+
+def closed_form_in_flight(model: ModelSpec, plan: ResolvedPlan, stage: int, head_bytes: float,
+                          on_gpu: bool = True) -> int | None:
+    """Chunks in flight at `stage`'s peak by the schedule's closed form, which holds with one
+    chunk per stage or equal chunks off the LM head's stage; None when the op order is walked."""
+    per_chunk, _ = _chunk_bytes(model, plan, stage, on_gpu)
+    uniform = len(set(per_chunk)) == 1 and not (head_bytes and plan.vpp > 1)
+    if plan.vpp == 1 or uniform:
+        return in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)
+    return None
 
 
 def logits_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[float, float]:
@@ -303,8 +273,16 @@ def offloaded_activations(model: ModelSpec, plan: ResolvedPlan, stage: int) -> f
 
 def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemory:
     """The peak memory breakdown of one GPU of `stage`."""
-    states, held_bytes, transient, buffers, num_layers, (host, nvme) = _stage_static(model, plan, stage)
-    acts, alive, held = stage_activations(model, plan, stage, held_bytes)
+    static = _stage_static(model, plan, stage)
+    acts, alive, held = stage_activations(model, plan, stage, static[1])
+    return _assemble(static, stage, acts, alive, held, offloaded_activations(model, plan, stage))
+
+
+def _assemble(static: tuple, stage: int, acts: float, alive: float, held: int,
+              host_acts: float) -> StageMemory:
+    """A stage's breakdown from its static part (`_stage_static`), the activations at its peak,
+    and the activation bytes it offloads to the host."""
+    states, held_bytes, transient, buffers, num_layers, (host, nvme) = static
     logits = held_bytes * held + transient
     allocated = sum(states.values()) + acts + logits + buffers + WORKSPACE_BYTES
     return StageMemory(
@@ -313,8 +291,7 @@ def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemor
         master_weights_bytes=states["master"], optimizer_bytes=states["optimizer"],
         activations_bytes=acts, logits_bytes=logits, buffers_bytes=buffers,
         workspace_bytes=WORKSPACE_BYTES, fragmentation_bytes=FRAGMENTATION * allocated,
-        cuda_context_bytes=CUDA_CONTEXT_BYTES,
-        host_bytes=host + offloaded_activations(model, plan, stage), nvme_bytes=nvme,
+        cuda_context_bytes=CUDA_CONTEXT_BYTES, host_bytes=host + host_acts, nvme_bytes=nvme,
     )
 
 
@@ -387,14 +364,28 @@ def host_capacity(cluster: Cluster) -> tuple[float, float]:
 
 def fits_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> bool:
     """`estimate_memory(...).fits`, stopping at the first stage that does not fit; the first
-    and last stages (most micro-batches in flight; the LM head) are checked first."""
+    and last stages (most micro-batches in flight; the LM head) are checked first.
+
+    Two exact shortcuts, both resting on float addition and scaling by a non-negative constant
+    being monotone: a stage whose total without activations and held logits (`_assemble` with
+    none) already overflows cannot fit with them; and a stage with the signature of one that fit
+    and no more chunks in flight by the closed form (without activation offload) holds the same
+    states with no more activations, so it fits too and is not assembled."""
     capacity = float(cluster.gpu.hbm_bytes)
     host, nvme = host_capacity(cluster)
     order = (0, plan.pp - 1, *range(1, plan.pp - 1)) if plan.pp > 1 else (0,)
+    signatures, fitted = stage_signatures(model, plan), {}  # signature: most chunks in flight that fit
     for s in order:
+        static, sig = _stage_static(model, plan, s), signatures[s]
+        if sig not in fitted and _assemble(static, s, 0.0, 0.0, 0, 0.0).total_bytes > capacity:
+            return False
+        alive = None if plan.offload_activations else closed_form_in_flight(model, plan, s, static[1])
+        if alive is not None and fitted.get(sig, -1) >= alive:
+            continue
         stage = stage_memory(model, plan, s)
         if stage.total_bytes > capacity or stage.host_bytes > host or stage.nvme_bytes > nvme:
             return False
+        fitted[sig] = max(fitted.get(sig, -1), -1 if alive is None else alive)
     return True
 
 

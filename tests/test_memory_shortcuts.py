@@ -1,0 +1,97 @@
+"""The memory model's exact shortcuts give the answers of the full computation:
+
+- the plain-Python activation-peak walk equals the numpy matrix product it replaces, bit for
+  bit, wherever it is taken (whole-number chunk bytes), and other inputs still take numpy;
+- `fits_memory`'s floor (a stage's total without activations) and its skip of stages dominated by
+  one of the same signature never change the verdict `estimate_memory(...).fits` gives, including
+  plans with activation offload, interleaving and uneven splits;
+- the cached pipeline layout (chunk kinds, stage signatures) is what walking the layers gives.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from meshplan import Cluster, load_model
+from meshplan.model.counts import layer_kinds
+from meshplan.training import TrainingPlan
+from meshplan.training import peak_walk
+from meshplan.training.memory import estimate_memory, fits_memory
+from meshplan.training.search import _launchable, candidates
+from meshplan.training.states import stage_chunk_kinds, stage_signatures
+
+
+def _shapes(rng: random.Random, n: int):
+    for _ in range(n):
+        schedule = rng.choice(["gpipe", "1f1b", "interleaved", "zero-bubble"])
+        pp = rng.choice([2, 3, 4, 8])
+        vpp = rng.choice([2, 3, 4]) if schedule == "interleaved" else 1
+        m = pp * rng.choice([1, 2, 3, 5]) if schedule == "interleaved" else rng.randint(1, 12)
+        yield schedule, pp, vpp, m, rng.randrange(pp)
+
+
+def test_python_walk_equals_the_numpy_product():
+    rng = random.Random(11)
+    for key in _shapes(rng, 400):
+        vpp = key[2]
+        chunk_bytes = [float(rng.randrange(0, 2**34)) for _ in range(vpp)]
+        head = rng.choice([0.0, float(rng.randrange(1, 2**33)), rng.uniform(1.0, 1e10)])
+        assert peak_walk._exact(key, chunk_bytes)
+        expected = peak_walk._numpy_peak(peak_walk.alive_counts(*key), chunk_bytes, head)
+        assert peak_walk.walk_peak(key, chunk_bytes, head) == expected
+
+
+def test_inexact_bytes_take_the_numpy_product(monkeypatch):
+    rng = random.Random(5)
+    calls = []
+    original = peak_walk._numpy_peak
+    monkeypatch.setattr(peak_walk, "_numpy_peak", lambda *a: calls.append(a) or original(*a))
+    for key in _shapes(rng, 50):
+        chunk_bytes = [rng.uniform(1e8, 1e10) for _ in range(key[2])]
+        assert not peak_walk._exact(key, chunk_bytes)
+        assert peak_walk.walk_peak(key, chunk_bytes, 0.0) == original(
+            peak_walk.alive_counts(*key), chunk_bytes, 0.0)
+    assert len(calls) == 50
+    assert not peak_walk._exact(("1f1b", 2, 1, 4, 0), [2.0**53])
+
+
+CASES = [
+    ("llama-3.1-70b", 64, 4096, 128, "megatron", {}),
+    ("mixtral-8x7b", 32, 4096, 128, "megatron", {}),
+    ("llama-3.1-8b", 16, 8192, 64, "torchtitan", {}),
+    ("llama-3.1-70b", 32, 8192, 64, "deepspeed", {"offload_activations": True}),
+    ("deepseek-v2-lite", 16, 4096, 64, "megatron", {}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1]}-{sorted(c[5])}" for c in CASES])
+def test_fits_memory_agrees_with_the_full_estimate(case):
+    name, gpus, seq, batch, framework, fields = case
+    model, cluster = load_model(name), Cluster.build("h100-sxm-80gb", gpus)
+    base = TrainingPlan(seq_len=seq, global_batch_size=batch, framework=framework, **fields)
+    plans = [r for r in (_launchable(p, model, cluster) for p in candidates(base, model, cluster, {}))
+             if not isinstance(r, str)]
+    verdicts = set()
+    for plan in random.Random(2).sample(plans, min(400, len(plans))):
+        fits = estimate_memory(model, cluster, plan).fits
+        assert fits_memory(model, cluster, plan) == fits
+        verdicts.add(fits)
+    assert verdicts == {True, False}  # the sample exercises both answers
+
+
+def test_cached_layout_matches_walking_the_layers():
+    model, cluster = load_model("mixtral-8x7b"), Cluster.build("h100-sxm-80gb", 64)
+    base = TrainingPlan(seq_len=4096, global_batch_size=256, framework="megatron")
+    kinds = layer_kinds(model)
+    for plan in candidates(base, model, cluster, {}):
+        resolved = _launchable(plan, model, cluster)
+        if isinstance(resolved, str):
+            continue
+        per_stage = [tuple(tuple(kinds[i] for i in chunk) for c, chunk in enumerate(resolved.chunk_layers)
+                           if c % resolved.pp == s) for s in range(resolved.pp)]
+        assert [stage_chunk_kinds(model, resolved, s) for s in range(resolved.pp)] == per_stage
+        first: dict = {}
+        assert stage_signatures(model, resolved) == tuple(
+            first.setdefault((cs, s == 0, s == resolved.pp - 1), s) for s, cs in enumerate(per_stage))
