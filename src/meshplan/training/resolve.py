@@ -7,6 +7,7 @@ nearest valid values; every value meshplan chose is recorded in `ResolvedPlan.ch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
@@ -214,7 +215,14 @@ def _chunks(plan: TrainingPlan, model: ModelSpec, vpp: int,
     if len(sizes) != chunks or sum(sizes) != n or min(sizes) < 1:
         raise PlanError(f"pipeline_split {list(sizes)} must have pp x vpp = {chunks} positive "
                         f"entries summing to the {n} layers of {model.name}")
-    starts = [sum(sizes[:c]) for c in range(chunks)]
+    return _chunk_layers(tuple(sizes))
+
+
+@lru_cache(maxsize=512)
+def _chunk_layers(sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Layer indices of chunks of `sizes` layers, built once per split (a search resolves
+    thousands of plans over a few splits; sharing the tuples also lets later caches key on them)."""
+    starts = [sum(sizes[:c]) for c in range(len(sizes))]
     return tuple(tuple(range(s, s + k)) for s, k in zip(starts, sizes))
 
 

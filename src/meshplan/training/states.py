@@ -102,28 +102,40 @@ def stage_signatures(model: ModelSpec, plan: ResolvedPlan) -> tuple[int, ...]:
     chunks, and the same place (holding the embedding, the LM head, or neither). Such stages hold
     the same parameters and run the same work per micro-batch, so the memory and time models
     cost each signature once per plan."""
-    memo = plan_memo(model, plan)
-    hit = memo.get("signatures")
-    if hit is None:
-        hit = memo["signatures"] = _signatures(model, plan)
-    return hit
+    return _layout(model, plan)[2]
 
 
 def stage_chunk_kinds(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[tuple[int, ...], ...]:
     """The layer kinds (`counts.layer_kinds`) of each chunk of `stage`."""
-    kinds = layer_kinds(model)
-    return tuple(tuple(kinds[i] for i in chunk)
-                 for c, chunk in enumerate(plan.chunk_layers) if c % plan.pp == stage)
+    return _layout(model, plan)[1][stage]
 
 
-def _signatures(model: ModelSpec, plan: ResolvedPlan) -> tuple[int, ...]:
+_LAYOUTS: dict = {}
+"""(id(model), pp, chunk_layers) -> (model, chunk kinds per stage, signatures): the plans of a
+search share a few pipeline layouts, and walking every layer of each plan's layout again cost
+more than the memory model's arithmetic."""
+
+
+def _layout(model: ModelSpec, plan: ResolvedPlan) -> tuple:
+    key = (id(model), plan.pp, plan.chunk_layers)
+    hit = _LAYOUTS.get(key)
+    if hit is None or hit[0] is not model:
+        if len(_LAYOUTS) > 1024:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[key] = (model, *_stage_kinds(model, plan.pp, plan.chunk_layers))
+    return hit
+
+
+def _stage_kinds(model: ModelSpec, pp: int, chunk_layers: tuple) -> tuple[tuple, tuple[int, ...]]:
+    """(layer kinds of each chunk of each stage, each stage's signature)."""
     kinds = layer_kinds(model)
-    chunks: list[list] = [[] for _ in range(plan.pp)]
-    for c, chunk in enumerate(plan.chunk_layers):
-        chunks[c % plan.pp].append(tuple(kinds[i] for i in chunk))
+    chunks: list[list] = [[] for _ in range(pp)]
+    for c, chunk in enumerate(chunk_layers):
+        chunks[c % pp].append(tuple(kinds[i] for i in chunk))
     first: dict = {}
-    return tuple(first.setdefault((tuple(cs), s == 0, s == plan.pp - 1), s)
-                 for s, cs in enumerate(chunks))
+    signatures = tuple(first.setdefault((tuple(cs), s == 0, s == pp - 1), s)
+                       for s, cs in enumerate(chunks))
+    return tuple(tuple(cs) for cs in chunks), signatures
 
 
 def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:

@@ -11,7 +11,9 @@ from meshplan.training.context import CostContext
 from meshplan.training.layer_time import LayerTime, layer_time
 from meshplan.training.offload import offload_time, swapped_bytes
 from meshplan.training.offload_copies import chunk_offload_exposed, param_store_bytes_per_s
-from meshplan.training.states import layer_split, stage_params, state_bytes, updated_params
+from meshplan.training.states import (
+    layer_split, stage_chunk_kinds, stage_params, state_bytes, updated_params,
+)
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0
 """Adam step traffic: read fp32 master, grad, two moments (16); write master, moments (12);
@@ -141,12 +143,12 @@ def chunk_times(ctx: CostContext) -> list[ChunkTime]:
     """Times of every pipeline chunk (index c runs on stage c % pp); chunks with the same layer
     kinds in the same place (first, middle, last) are costed once."""
     cache = _layer_cache(ctx)
-    kinds = layer_kinds(ctx.model)
-    chunks = ctx.plan.chunk_layers
+    pp, chunks = ctx.plan.pp, ctx.plan.chunk_layers
     done: dict[tuple, ChunkTime] = {}
     out = []
     for c, chunk in enumerate(chunks):
-        key = (tuple(kinds[i] for i in chunk), c == 0, c == len(chunks) - 1)
+        kinds = stage_chunk_kinds(ctx.model, ctx.plan, c % pp)[c // pp]
+        key = (kinds, c == 0, c == len(chunks) - 1)
         if key not in done:
             done[key] = _chunk_time(ctx, chunk, cache, *key[1:])
         out.append(done[key])
