@@ -36,7 +36,7 @@ def test_python_walk_equals_the_numpy_product():
     rng = random.Random(11)
     for key in _shapes(rng, 400):
         vpp = key[2]
-        chunk_bytes = [float(rng.randrange(0, 2**34)) for _ in range(vpp)]
+        chunk_bytes = [float(rng.choice([0, rng.randrange(0, 2**34)])) for _ in range(vpp)]
         head = rng.choice([0.0, float(rng.randrange(1, 2**33)), rng.uniform(1.0, 1e10)])
         assert peak_walk._exact(key, chunk_bytes)
         expected = peak_walk._numpy_peak(peak_walk.alive_counts(*key), chunk_bytes, head)

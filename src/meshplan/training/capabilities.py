@@ -200,8 +200,23 @@ def _option_problems(framework: str, cap: Capability, plan) -> list[str]:
     return out
 
 
+_MODEL_PROBLEMS: dict = {}
+"""(framework, id(cap), id(model)) -> (cap, model, problems): asked once per plan a search
+resolves, answered once per model."""
+
+
 def _model_problems(framework: str, cap: Capability, model) -> list[str]:
-    """Model features the framework's model code cannot build."""
+    """Model features the framework's model code cannot build (once per framework and model)."""
+    key = (framework, id(cap), id(model))
+    hit = _MODEL_PROBLEMS.get(key)
+    if hit is None or hit[0] is not cap or hit[1] is not model:
+        if len(_MODEL_PROBLEMS) > 256:
+            _MODEL_PROBLEMS.clear()
+        hit = _MODEL_PROBLEMS[key] = (cap, model, tuple(_find_model_problems(framework, cap, model)))
+    return list(hit[2])
+
+
+def _find_model_problems(framework: str, cap: Capability, model) -> list[str]:
     from meshplan.model.spec import DenseMLP, MoEMLP
 
     out = []

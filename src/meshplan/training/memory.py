@@ -24,6 +24,7 @@ from meshplan.training.states import (
     SHARDED_STATES,
     StageParams,
     plan_memo,
+    stage_kind_counts,
     stage_params,
     stage_signatures,
     state_bytes,
@@ -258,8 +259,13 @@ def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
         offloaded = offloaded_bytes(plan, state_bytes(plan, model.hidden_size),
                                     updated_params(trained, plan))
         memo[key] = (states, held_bytes, transient,
-                     buffers_bytes(params, model, plan), len(plan.stage_layers(stage)), offloaded)
+                     buffers_bytes(params, model, plan), _layer_count(model, plan, stage), offloaded)
     return memo[key]
+
+
+def _layer_count(model: ModelSpec, plan: ResolvedPlan, stage: int) -> int:
+    """Decoder layers on `stage` (`len(plan.stage_layers(stage))`, from the cached layout)."""
+    return sum(n for _, n in stage_kind_counts(model, plan, stage))
 
 
 def offloaded_activations(model: ModelSpec, plan: ResolvedPlan, stage: int) -> float:
@@ -374,18 +380,21 @@ def fits_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> bool:
     capacity = float(cluster.gpu.hbm_bytes)
     host, nvme = host_capacity(cluster)
     order = (0, plan.pp - 1, *range(1, plan.pp - 1)) if plan.pp > 1 else (0,)
-    signatures, fitted = stage_signatures(model, plan), {}  # signature: most chunks in flight that fit
+    signatures = stage_signatures(model, plan)
+    fitted: dict = {}  # signature: most chunks in flight of its stages that fit (None: walked)
     for s in order:
-        static, sig = _stage_static(model, plan, s), signatures[s]
+        sig = signatures[s]
+        if fitted.get(sig) is not None and fitted[sig] >= in_flight_chunks(
+                plan.schedule, s, plan.pp, plan.vpp, plan.num_microbatches):
+            continue
+        static = _stage_static(model, plan, s)
         if sig not in fitted and _assemble(static, s, 0.0, 0.0, 0, 0.0).total_bytes > capacity:
             return False
-        alive = None if plan.offload_activations else closed_form_in_flight(model, plan, s, static[1])
-        if alive is not None and fitted.get(sig, -1) >= alive:
-            continue
         stage = stage_memory(model, plan, s)
         if stage.total_bytes > capacity or stage.host_bytes > host or stage.nvme_bytes > nvme:
             return False
-        fitted[sig] = max(fitted.get(sig, -1), -1 if alive is None else alive)
+        alive = None if plan.offload_activations else closed_form_in_flight(model, plan, s, static[1])
+        fitted[sig] = alive if fitted.get(sig) is None else max(fitted[sig], alive)
     return True
 
 

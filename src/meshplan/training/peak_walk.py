@@ -5,7 +5,8 @@ op after which the stored bytes (plus the logits the LM head holds) are largest.
 numpy matrix product, and importing numpy alone took longer than a whole plan search; here it is
 plain Python wherever that gives the same bits: with whole-number chunk bytes whose weighted sums
 stay below 2**53, every product and partial sum is exact, so any summation order (BLAS's or
-Python's) yields the same float. Other inputs still take the numpy product, as before.
+Python's) yields the same float; and only the rows that can be the first peak are visited
+(`peak_candidates`). Other inputs still take the numpy product over every row, as before.
 """
 
 from __future__ import annotations
@@ -33,10 +34,19 @@ def alive_counts(schedule: str, pp: int, vpp: int, m: int, stage: int) -> tuple[
 
 
 @lru_cache(maxsize=256)
-def distinct_counts(schedule: str, pp: int, vpp: int, m: int, stage: int) -> tuple[tuple[int, ...], ...]:
-    """`alive_counts` with repeated rows dropped, in order of first appearance: a repeat has the
-    same total as its first appearance, so it never is the (first) peak."""
-    return tuple(dict.fromkeys(alive_counts(schedule, pp, vpp, m, stage)))
+def peak_candidates(schedule: str, pp: int, vpp: int, m: int, stage: int) -> tuple[tuple[int, ...], ...]:
+    """The rows of `alive_counts` that can be the (first) peak, in order: those after a forward,
+    each the first time it occurs. A row after a backward is no larger in any chunk than the row
+    before it, and a repeat equals its first occurrence; for non-negative chunk sizes either holds
+    no more bytes than an earlier row, so the first peak is never one of them."""
+    rows = alive_counts(schedule, pp, vpp, m, stage)
+    previous = (0,) * vpp
+    kept: dict[tuple[int, ...], None] = {}
+    for row in rows:
+        if any(a > b for a, b in zip(row, previous)):  # a forward ran
+            kept.setdefault(row)
+        previous = row
+    return tuple(kept) or rows[:1]
 
 
 def walk_peak(key: tuple[str, int, int, int, int], chunk_bytes: list[float],
@@ -44,7 +54,7 @@ def walk_peak(key: tuple[str, int, int, int, int], chunk_bytes: list[float],
     """At the peak of activations plus held logits over one stage's op order, `key` being
     (schedule, pp, vpp, num_microbatches, stage): (activation bytes, chunks alive, logits held).
     Logits belong to the stage's last chunk when `head_bytes` > 0."""
-    rows = distinct_counts(*key)
+    rows = peak_candidates(*key)
     if not _exact(key, chunk_bytes):
         return _numpy_peak(alive_counts(*key), chunk_bytes, head_bytes)
     weights = [float(w) for w in chunk_bytes]
@@ -62,9 +72,10 @@ def walk_peak(key: tuple[str, int, int, int, int], chunk_bytes: list[float],
 
 def _exact(key: tuple[str, int, int, int, int], chunk_bytes: list[float]) -> bool:
     """Every weighted sum of `chunk_bytes` by a row of `alive_counts(*key)` is computed exactly
-    in any order: whole numbers, and the largest count of each chunk times its bytes, summed over
-    the chunks (a bound on every row's sum of magnitudes), below 2**53."""
-    if not all(float(w).is_integer() for w in chunk_bytes):
+    in any order, and grows with the counts: non-negative whole numbers, and the largest count
+    of each chunk times its bytes, summed over the chunks (a bound on every row's sum), below
+    2**53."""
+    if not all(float(w).is_integer() and w >= 0 for w in chunk_bytes):
         return False
     return sum(c * abs(w) for c, w in zip(_largest_counts(*key), chunk_bytes)) < EXACT_LIMIT
 

@@ -181,18 +181,28 @@ def edge_split(num_layers: int, chunks: int) -> tuple[int, ...] | None:
 
 def _uneven(plan: TrainingPlan, model: ModelSpec, vpp: int, chosen: dict[str, str]) -> tuple[int, ...]:
     """The split meshplan picks when pp x vpp does not divide the layers (reported in `chosen`)."""
-    n, chunks = model.num_layers, plan.pp * vpp
+    sizes, text = _uneven_split(model.num_layers, plan.pp, vpp, model.name)
+    if sizes is None:
+        raise PlanError(text)
+    chosen["pipeline_split"] = text
+    return sizes
+
+
+@lru_cache(maxsize=512)
+def _uneven_split(n: int, pp: int, vpp: int, name: str) -> tuple[tuple[int, ...] | None, str]:
+    """(`_uneven`'s split, what `chosen` says of it), or (None, why there is none): once per
+    shape, since a search resolves thousands of plans over a few pipeline shapes."""
+    chunks = pp * vpp
     sizes = edge_split(n, chunks)
     if sizes is None:
-        why = (f"are more than the {n} layers of {model.name}" if chunks > n else
-               f"cannot split the {n} layers of {model.name} with even middle chunks")
+        why = (f"are more than the {n} layers of {name}" if chunks > n else
+               f"cannot split the {n} layers of {name} with even middle chunks")
         hint = ("" if chunks > n else
                 f", or give --pipeline-split, e.g. {','.join(map(str, balanced_split(n, chunks)))}")
-        raise PlanError(f"pp={plan.pp} x vpp={vpp} = {chunks} pipeline chunks {why}; use a chunk "
-                        f"count dividing {n} ({_nearest_divisors(n, chunks)}){hint}")
-    chosen["pipeline_split"] = (f"{','.join(map(str, _runs(sizes)))} ({chunks} chunks do not divide "
-                                f"the {n} layers: the first and last chunk take the remainder)")
-    return sizes
+        return None, (f"pp={pp} x vpp={vpp} = {chunks} pipeline chunks {why}; use a chunk "
+                      f"count dividing {n} ({_nearest_divisors(n, chunks)}){hint}")
+    return sizes, (f"{','.join(map(str, _runs(sizes)))} ({chunks} chunks do not divide "
+                   f"the {n} layers: the first and last chunk take the remainder)")
 
 
 def _runs(sizes: tuple[int, ...]) -> list[str]:

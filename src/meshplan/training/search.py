@@ -7,6 +7,8 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from operator import attrgetter
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
@@ -143,14 +145,21 @@ def _identity(plan) -> tuple:
     """What makes two resolved plans different runs. With one rank per shard group (dp x cp = 1
     and one expert replica) ZeRO stages shard nothing, so every dp_sharding is the same plan; the
     candidates come lowest stage first, so the simplest one is kept."""
-    fields = {f: getattr(plan, f) for f in plan.__dataclass_fields__ if f not in IGNORED}
+    names = _identity_fields(type(plan))
+    values = list(attrgetter(*names)(plan))
     if plan.shard_group == 1 and plan.expert_dp == 1:
-        fields["dp_sharding"] = None
+        values[names.index("dp_sharding")] = None
     if plan.cp == 1 and plan.balance == "per-doc-cp":
-        fields["balance"] = "none"  # one CP rank: splitting each document changes nothing
+        values[names.index("balance")] = "none"  # one CP rank: splitting each document changes nothing
     if plan.ep == 1 and plan.moe_balance == "eplb":
-        fields["moe_balance"] = "none"  # one EP rank holds every expert: replicas change nothing
-    return tuple(fields.values())
+        values[names.index("moe_balance")] = "none"  # one EP rank holds every expert: replicas change nothing
+    return tuple(values)
+
+
+@lru_cache(maxsize=8)
+def _identity_fields(cls: type) -> tuple[str, ...]:
+    """The fields of `cls` that tell two runs apart (all but IGNORED), in declaration order."""
+    return tuple(f for f in cls.__dataclass_fields__ if f not in IGNORED)
 
 
 OBJECTIVE_UNITS = {"throughput": "-tokens/s/GPU", "cost": "USD per million tokens",

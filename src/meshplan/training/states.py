@@ -110,24 +110,37 @@ def stage_chunk_kinds(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple
     return _layout(model, plan)[1][stage]
 
 
+def stage_kind_counts(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[tuple[int, int], ...]:
+    """(layer kind, layers of it) on `stage`, kinds in order of first appearance."""
+    return _layout(model, plan)[3][stage]
+
+
 _LAYOUTS: dict = {}
-"""(id(model), pp, chunk_layers) -> (model, chunk kinds per stage, signatures): the plans of a
+"""(id(model), pp, chunk_layers) -> (model, chunk kinds per stage, signatures, kind counts per
+stage): the plans of a
 search share a few pipeline layouts, and walking every layer of each plan's layout again cost
 more than the memory model's arithmetic."""
 
 
 def _layout(model: ModelSpec, plan: ResolvedPlan) -> tuple:
+    """(model, chunk kinds, signatures, kind counts) of the plan's layout: from the plan's memo,
+    else the layout cache (hashing the split's layer tuples once per plan)."""
+    memo = plan_memo(model, plan)
+    hit = memo.get("layout")
+    if hit is not None:
+        return hit
     key = (id(model), plan.pp, plan.chunk_layers)
     hit = _LAYOUTS.get(key)
     if hit is None or hit[0] is not model:
         if len(_LAYOUTS) > 1024:
             _LAYOUTS.clear()
         hit = _LAYOUTS[key] = (model, *_stage_kinds(model, plan.pp, plan.chunk_layers))
+    memo["layout"] = hit
     return hit
 
 
-def _stage_kinds(model: ModelSpec, pp: int, chunk_layers: tuple) -> tuple[tuple, tuple[int, ...]]:
-    """(layer kinds of each chunk of each stage, each stage's signature)."""
+def _stage_kinds(model: ModelSpec, pp: int, chunk_layers: tuple) -> tuple[tuple, tuple[int, ...], tuple]:
+    """(layer kinds of each chunk of each stage, each stage's signature, each stage's kind counts)."""
     kinds = layer_kinds(model)
     chunks: list[list] = [[] for _ in range(pp)]
     for c, chunk in enumerate(chunk_layers):
@@ -135,7 +148,8 @@ def _stage_kinds(model: ModelSpec, pp: int, chunk_layers: tuple) -> tuple[tuple,
     first: dict = {}
     signatures = tuple(first.setdefault((tuple(cs), s == 0, s == pp - 1), s)
                        for s, cs in enumerate(chunks))
-    return tuple(tuple(cs) for cs in chunks), signatures
+    counted = tuple(tuple(Counter(k for chunk in cs for k in chunk).items()) for cs in chunks)
+    return tuple(tuple(cs) for cs in chunks), signatures, counted
 
 
 def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
@@ -149,8 +163,7 @@ def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParam
 
 def _stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
     dense = expert = unit = 0.0
-    chunks = stage_chunk_kinds(model, plan, stage)
-    for kind, n in Counter(k for chunk in chunks for k in chunk).items():  # equal layers split alike
+    for kind, n in stage_kind_counts(model, plan, stage):  # equal layers split alike
         d, e = layer_split(model, kind, plan)
         dense, expert, unit = dense + n * d, expert + n * e, max(unit, d + e)
     vocab = model.vocab_size * model.hidden_size / plan.tp

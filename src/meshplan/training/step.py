@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.costs.comm import collective_time, p2p_time
-from meshplan.model.counts import layer_kinds
+from meshplan.model.counts import distinct_kinds
 from meshplan.training import finetune
 from meshplan.training.context import CostContext
 from meshplan.training.layer_time import LayerTime, layer_time
@@ -59,18 +59,28 @@ def _layer_key(ctx: CostContext) -> tuple:
 def _layer_cache(ctx: CostContext) -> dict:
     """LayerTime of each distinct layer, shared by the plans of a search that differ only in
     pipeline depth, batch count or sharding (the issue #20 per-layer cost cache)."""
+    return _layer_entry(ctx)[2]
+
+
+def _kind_times(ctx: CostContext) -> dict[int, LayerTime]:
+    """`_layer_cache` by layer kind (`counts.layer_kinds`): looking a chunk's layers up by kind
+    spares hashing a frozen LayerSpec, field by nested field, for every layer of every plan."""
+    return _layer_entry(ctx)[3]
+
+
+def _layer_entry(ctx: CostContext) -> tuple:
     key = _layer_key(ctx)
     hit = _LAYER_TIMES.get(key)
     if hit is not None and hit[0] is ctx.model and hit[1] is ctx.cluster:
-        return hit[2]
+        return hit
     cache: dict = {}
-    kinds = layer_kinds(ctx.model)
-    for k in sorted(set(kinds)):
-        cache[ctx.model.layers[k]] = layer_time(ctx, ctx.model.layers[k])
+    by_kind: dict = {}
+    for k in distinct_kinds(ctx.model):
+        by_kind[k] = cache[ctx.model.layers[k]] = layer_time(ctx, ctx.model.layers[k])
     if len(_LAYER_TIMES) > 2048:
         _LAYER_TIMES.clear()
-    _LAYER_TIMES[key] = (ctx.model, ctx.cluster, cache)
-    return cache
+    hit = _LAYER_TIMES[key] = (ctx.model, ctx.cluster, cache, by_kind)
+    return hit
 
 
 LOSS_BYTES_PER_LOGIT = (30, 14)
@@ -142,7 +152,7 @@ def _fsdp_exposed(ctx: CostContext, layers: list, forward: float,
 def chunk_times(ctx: CostContext) -> list[ChunkTime]:
     """Times of every pipeline chunk (index c runs on stage c % pp); chunks with the same layer
     kinds in the same place (first, middle, last) are costed once."""
-    cache = _layer_cache(ctx)
+    by_kind = _kind_times(ctx)
     pp, chunks = ctx.plan.pp, ctx.plan.chunk_layers
     done: dict[tuple, ChunkTime] = {}
     out = []
@@ -150,14 +160,14 @@ def chunk_times(ctx: CostContext) -> list[ChunkTime]:
         kinds = stage_chunk_kinds(ctx.model, ctx.plan, c % pp)[c // pp]
         key = (kinds, c == 0, c == len(chunks) - 1)
         if key not in done:
-            done[key] = _chunk_time(ctx, chunk, cache, *key[1:])
+            done[key] = _chunk_time(ctx, chunk, [by_kind[k] for k in kinds], *key[1:])
         out.append(done[key])
     return out
 
 
-def _chunk_time(ctx: CostContext, chunk: tuple[int, ...], cache: dict, first: bool,
+def _chunk_time(ctx: CostContext, chunk: tuple[int, ...], times: list[LayerTime], first: bool,
                 last: bool) -> ChunkTime:
-    times: list[LayerTime] = [cache[ctx.model.layers[i]] for i in chunk]
+    """One chunk's ChunkTime from the LayerTime of each of its layers (`times`, in order)."""
     f = sum(t.forward_s for t in times)
     b = sum(t.backward_s for t in times)
     ef, eb = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
