@@ -5,7 +5,9 @@
 - `fits_memory`'s floor (a stage's total without activations) and its skip of stages dominated by
   one of the same signature never change the verdict `estimate_memory(...).fits` gives, including
   plans with activation offload, interleaving and uneven splits;
-- the cached pipeline layout (chunk kinds, stage signatures) is what walking the layers gives.
+- the cached pipeline layout (chunk kinds, stage signatures) is what walking the layers gives;
+- memos shared by plans that differ only in fields they do not read give what a fresh
+  computation of each plan gives.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import pytest
 from meshplan import Cluster, load_model
 from meshplan.model.counts import layer_kinds
 from meshplan.training import TrainingPlan
-from meshplan.training import peak_walk
-from meshplan.training.memory import estimate_memory, fits_memory
+from meshplan.training import context, peak_walk, states
+from meshplan.training.groups import plan_groups
+from meshplan.training.memory import estimate_memory, fits_memory, stage_memory
 from meshplan.training.search import _launchable, candidates
 from meshplan.training.states import stage_chunk_kinds, stage_signatures
 
@@ -95,3 +98,33 @@ def test_cached_layout_matches_walking_the_layers():
         first: dict = {}
         assert stage_signatures(model, resolved) == tuple(
             first.setdefault((cs, s == 0, s == resolved.pp - 1), s) for s, cs in enumerate(per_stage))
+
+
+SHARED_CASES = [("mixtral-8x7b", 64, 4096, 256, "megatron"), ("deepseek-v2-lite", 16, 4096, 64, "megatron"),
+                ("llama-3.1-8b", 16, 8192, 64, "torchtitan"), ("llama-3.1-8b", 16, 4096, 64, "deepspeed")]
+
+
+def _fresh(fn):
+    """`fn()` with every cross-plan memo of the memory and cost models emptied first."""
+    states._SHARED.clear()
+    states._PLAN_MEMO[:] = [None, None, {}]
+    context._GROUPS.clear()
+    peak_walk._walk.cache_clear()
+    return fn()
+
+
+@pytest.mark.parametrize("case", SHARED_CASES, ids=[f"{c[0]}-{c[4]}" for c in SHARED_CASES])
+def test_memos_shared_across_plans_match_a_fresh_computation(case):
+    """Plans sharing a memo (equal but for the fields it declares unread: recompute, batch count,
+    expert parallelism, sharding) get what computing each plan alone gives."""
+    name, gpus, seq, batch, framework = case
+    model, cluster = load_model(name), Cluster.build("h100-sxm-80gb", gpus)
+    base = TrainingPlan(seq_len=seq, global_batch_size=batch, framework=framework)
+    plans = [r for r in (_launchable(p, model, cluster) for p in candidates(base, model, cluster, {}))
+             if not isinstance(r, str)]
+    for plan in plans:  # warm the shared memos with every plan, in search order
+        fits_memory(model, cluster, plan)
+    for plan in random.Random(4).sample(plans, min(150, len(plans))):
+        warm = [stage_memory(model, plan, s) for s in range(plan.pp)]
+        assert warm == _fresh(lambda: [stage_memory(model, plan, s) for s in range(plan.pp)])
+        assert context._groups(plan, cluster) == plan_groups(plan, cluster)

@@ -24,6 +24,7 @@ from meshplan.training.states import (
     SHARDED_STATES,
     StageParams,
     plan_memo,
+    shared_memo,
     stage_kind_counts,
     stage_params,
     stage_signatures,
@@ -169,12 +170,21 @@ def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[in
     return total
 
 
+CHUNK_BYTES_UNREAD = frozenset({
+    "dp", "ep", "shard_group", "expert_dp", "global_batch_size", "num_microbatches", "dp_sharding",
+    "schedule", "offload_optimizer", "offload_params", "offload_target", "optimizer", "rank_order",
+    "tp_comm_overlap", "chosen", "warnings"})
+"""Plan fields the activations a chunk stores do not read: `act.NOT_ACTIVATION_FIELDS` but for
+what acts on them here (recompute, activation offload, the split into chunks)."""
+
+
 def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int,
                  on_gpu: bool = True) -> tuple[list[float], float]:
     """(stored bytes of each of the stage's chunks for one micro-batch, the backward working set
-    of its largest layer), once per stage signature."""
-    memo = plan_memo(model, plan)
-    key = ("chunk_bytes", stage_signatures(model, plan)[stage], on_gpu)
+    of its largest layer), once per stage signature and per plan fields it reads (shared by
+    plans differing only in `CHUNK_BYTES_UNREAD`)."""
+    memo = shared_memo(model, plan, "chunk_bytes", CHUNK_BYTES_UNREAD)
+    key = (stage_signatures(model, plan)[stage], on_gpu)
     if key not in memo:
         chunks = [c for k, c in enumerate(plan.chunk_layers) if k % plan.pp == stage]
         kinds = layer_kinds(model)
@@ -242,12 +252,18 @@ def buffers_bytes(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> 
     return total
 
 
+STATIC_UNREAD = frozenset({"recompute", "recompute_num_layers", "schedule", "num_microbatches",
+                           "global_batch_size", "chosen", "warnings"})
+"""Plan fields a stage's model states, logits, buffers and offloaded bytes do not read (what
+recompute and the schedule change is the activations, counted apart)."""
+
+
 def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
     """(model states, logits bytes per held micro-batch, transient logits, buffers, layers) of
-    a stage: what does not depend on its place in the schedule, once per stage signature."""
-    memo = plan_memo(model, plan)
-    sig = stage_signatures(model, plan)[stage]
-    key = ("stage_static", sig)
+    a stage: what does not depend on its place in the schedule, once per stage signature and
+    per plan fields it reads (shared by plans differing only in `STATIC_UNREAD`)."""
+    memo = shared_memo(model, plan, "stage_static", STATIC_UNREAD)
+    key = stage_signatures(model, plan)[stage]
     if key not in memo:
         params = stage_params(model, plan, stage)
         held_bytes, transient = logits_bytes(model, plan, stage)
@@ -387,15 +403,25 @@ def fits_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> bool:
         if fitted.get(sig) is not None and fitted[sig] >= in_flight_chunks(
                 plan.schedule, s, plan.pp, plan.vpp, plan.num_microbatches):
             continue
-        static = _stage_static(model, plan, s)
-        if sig not in fitted and _assemble(static, s, 0.0, 0.0, 0, 0.0).total_bytes > capacity:
+        if sig not in fitted and _floor(model, plan, s) > capacity:
             return False
         stage = stage_memory(model, plan, s)
         if stage.total_bytes > capacity or stage.host_bytes > host or stage.nvme_bytes > nvme:
             return False
-        alive = None if plan.offload_activations else closed_form_in_flight(model, plan, s, static[1])
+        alive = None if plan.offload_activations else closed_form_in_flight(
+            model, plan, s, _stage_static(model, plan, s)[1])
         fitted[sig] = alive if fitted.get(sig) is None else max(fitted[sig], alive)
     return True
+
+
+def _floor(model: ModelSpec, plan: ResolvedPlan, stage: int) -> float:
+    """The stage's total without activations and held logits, a lower bound on its peak (once
+    per `_stage_static`)."""
+    memo = shared_memo(model, plan, "stage_static", STATIC_UNREAD)
+    key = ("floor", stage_signatures(model, plan)[stage])
+    if key not in memo:
+        memo[key] = _assemble(_stage_static(model, plan, stage), stage, 0.0, 0.0, 0, 0.0).total_bytes
+    return memo[key]
 
 
 def estimate_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> MemoryEstimate:

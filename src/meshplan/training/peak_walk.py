@@ -54,6 +54,14 @@ def walk_peak(key: tuple[str, int, int, int, int], chunk_bytes: list[float],
     """At the peak of activations plus held logits over one stage's op order, `key` being
     (schedule, pp, vpp, num_microbatches, stage): (activation bytes, chunks alive, logits held).
     Logits belong to the stage's last chunk when `head_bytes` > 0."""
+    return _walk(key, tuple(chunk_bytes), head_bytes)
+
+
+@lru_cache(maxsize=4096)
+def _walk(key: tuple[str, int, int, int, int], chunk_bytes: tuple[float, ...],
+          head_bytes: float) -> tuple[float, int, int]:
+    """`walk_peak`, once per input: plans differing only in fields the activations do not read
+    (expert parallelism, sharding) walk the same order with the same chunk sizes."""
     rows = peak_candidates(*key)
     if not _exact(key, chunk_bytes):
         return _numpy_peak(alive_counts(*key), chunk_bytes, head_bytes)

@@ -12,6 +12,7 @@ from functools import lru_cache
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model import lora
+from meshplan.model.counts import distinct_kinds
 from meshplan.model.spec import ModelSpec, MoEMLP
 from meshplan.training.capabilities import FUSED_ADAPTERS, frameworks_for
 from meshplan.training.doclengths import check_spec, is_fixed
@@ -112,7 +113,7 @@ def _nearest_divisors(n: int, near: int) -> str:
 
 def _resolve_dp(plan: TrainingPlan, world: int) -> int:
     fixed = plan.tp * plan.cp * plan.pp
-    factors = f"tp={plan.tp} x cp={plan.cp} x pp={plan.pp}"
+    factors = f"tp={plan.tp} x cp={plan.cp} x pp={plan.pp}" if plan.dp is not None or world % fixed else ""
     if plan.dp is None:
         if world % fixed:
             raise PlanError(
@@ -143,7 +144,8 @@ def _resolve_experts(plan: TrainingPlan, model: ModelSpec, dp: int) -> tuple[int
             raise PlanError(f"ep={plan.ep}, etp={plan.etp} need a mixture-of-experts model; "
                             f"{model.name} is dense (use ep=1)")
         return plan.tp, dp * plan.cp
-    experts = next(l.mlp.num_experts for l in model.layers if hasattr(l.mlp, "num_experts"))
+    experts = next(model.layers[k].mlp.num_experts for k in distinct_kinds(model)
+                   if hasattr(model.layers[k].mlp, "num_experts"))  # the first routed layer's
     if experts % plan.ep:
         raise PlanError(f"ep={plan.ep} does not divide the {experts} routed experts of "
                         f"{model.name}; valid ep: {_nearest_divisors(experts, plan.ep)}")
@@ -358,7 +360,10 @@ def _resolve_method(plan: TrainingPlan, model: ModelSpec, chosen: dict[str, str]
 RANK_DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 
+@lru_cache(maxsize=64)
 def _check_rank_order(order: str) -> None:
+    """Raise unless `order` names each rank dimension once (once per order: it is a constant of
+    every plan a search resolves)."""
     if sorted(order.split("-")) != sorted(RANK_DIMS):
         raise PlanError(f"rank_order {order!r} must name each of tp, cp, ep, dp, pp once, "
                         f"innermost first, e.g. tp-cp-ep-dp-pp")

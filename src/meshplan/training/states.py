@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
+from operator import attrgetter
 
 from meshplan.model import counts
 from meshplan.model.counts import layer_kinds
@@ -95,6 +97,33 @@ def plan_memo(model: ModelSpec, plan: ResolvedPlan) -> dict:
     if _PLAN_MEMO[0] is not model or _PLAN_MEMO[1] is not plan:
         _PLAN_MEMO[:] = [model, plan, {}]
     return _PLAN_MEMO[2]
+
+
+_SHARED: dict = {}
+"""(name, id(model), plan fields read) -> (model, memo): see `shared_memo`."""
+
+
+def shared_memo(model: ModelSpec, plan: ResolvedPlan, name: str, unread: frozenset[str]) -> dict:
+    """A scratch dict shared by every plan equal to `plan` in all fields but `unread`, which
+    whatever is stored under `name` must not read: a search tries each layout with several
+    recompute choices and batch counts, and the stages' model states, logits and buffers are the
+    same for all of them. A field missing from `unread` is part of the key (safe by default)."""
+    memo = plan_memo(model, plan)
+    hit = memo.get(("shared", name))
+    if hit is None:
+        key = (name, id(model), _fields_but(type(plan), unread)(plan))
+        entry = _SHARED.get(key)
+        if entry is None or entry[0] is not model:
+            if len(_SHARED) > 4096:
+                _SHARED.clear()
+            entry = _SHARED[key] = (model, {})
+        hit = memo[("shared", name)] = entry[1]
+    return hit
+
+
+@lru_cache(maxsize=32)
+def _fields_but(cls: type, unread: frozenset[str]) -> attrgetter:
+    return attrgetter(*(f for f in cls.__dataclass_fields__ if f not in unread))
 
 
 def stage_signatures(model: ModelSpec, plan: ResolvedPlan) -> tuple[int, ...]:
