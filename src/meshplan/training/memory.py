@@ -10,6 +10,8 @@ DRAM and NVMe instead (`training.offload`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache, reduce
+from operator import add
 
 from meshplan.hardware import Cluster
 from meshplan.model.counts import layer_kinds
@@ -156,18 +158,21 @@ def _layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, selective: bo
 
 def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[int, ...],
                            on_gpu: bool = True) -> float:
-    """Stored activations of one model chunk for one micro-batch (on the GPU, or anywhere)."""
+    """Stored activations of one model chunk for one micro-batch (on the GPU, or anywhere): the
+    layers' bytes added in layer order, each distinct (kind, recomputed) costed once."""
     full = plan.recompute == "full"
     budget = len(chunk) if plan.recompute_num_layers is None else plan.recompute_num_layers
-    cache: dict = {}
-    total = 0.0
-    kinds = layer_kinds(model)
-    for k, i in enumerate(chunk):
-        key = (kinds[i], full and k < budget)
-        if key not in cache:
-            cache[key] = _stored_layer_bytes(model, plan, i, key[1], on_gpu)
-        total += cache[key]
-    return total
+    keys = _layer_keys(tuple(map(layer_kinds(model).__getitem__, chunk)), budget if full else 0)
+    first = dict(zip(keys, chunk))  # a layer index of each distinct key
+    values = {key: _stored_layer_bytes(model, plan, first[key], key[1], on_gpu) for key in first}
+    return reduce(add, map(values.__getitem__, keys), 0.0)  # left to right, as a loop adds
+
+
+@lru_cache(maxsize=1024)
+def _layer_keys(kinds: tuple[int, ...], recomputed: int) -> tuple[tuple[int, bool], ...]:
+    """(kind, recomputed) of each layer of a chunk of layer kinds `kinds` whose first
+    `recomputed` layers full recompute re-runs."""
+    return tuple((k, j < recomputed) for j, k in enumerate(kinds))
 
 
 CHUNK_BYTES_UNREAD = frozenset({
@@ -400,17 +405,21 @@ def fits_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> bool:
     fitted: dict = {}  # signature: most chunks in flight of its stages that fit (None: walked)
     for s in order:
         sig = signatures[s]
-        if fitted.get(sig) is not None and fitted[sig] >= in_flight_chunks(
-                plan.schedule, s, plan.pp, plan.vpp, plan.num_microbatches):
-            continue
-        if sig not in fitted and _floor(model, plan, s) > capacity:
+        if sig in fitted:
+            alive = None if fitted[sig] is None else in_flight_chunks(
+                plan.schedule, s, plan.pp, plan.vpp, plan.num_microbatches)
+            if alive is not None and fitted[sig] >= alive:
+                continue
+        elif _floor(model, plan, s) > capacity:
             return False
         stage = stage_memory(model, plan, s)
         if stage.total_bytes > capacity or stage.host_bytes > host or stage.nvme_bytes > nvme:
             return False
-        alive = None if plan.offload_activations else closed_form_in_flight(
-            model, plan, s, _stage_static(model, plan, s)[1])
-        fitted[sig] = alive if fitted.get(sig) is None else max(fitted[sig], alive)
+        if sig not in fitted:  # whether the closed form holds is the signature's
+            fitted[sig] = None if plan.offload_activations else closed_form_in_flight(
+                model, plan, s, _stage_static(model, plan, s)[1])
+        elif alive is not None:
+            fitted[sig] = max(fitted[sig], alive)
     return True
 
 

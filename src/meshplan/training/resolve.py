@@ -139,13 +139,12 @@ def _check_heads(plan: TrainingPlan, model: ModelSpec) -> None:
 def _resolve_experts(plan: TrainingPlan, model: ModelSpec, dp: int) -> tuple[int, int]:
     """(etp, expert_dp) after checking EP against the model and the layout."""
     etp = plan.etp or plan.tp
-    if not model.is_moe:
+    experts = _routed_experts(model)
+    if experts is None:
         if plan.ep > 1 or (plan.etp and plan.etp != plan.tp):
             raise PlanError(f"ep={plan.ep}, etp={plan.etp} need a mixture-of-experts model; "
                             f"{model.name} is dense (use ep=1)")
         return plan.tp, dp * plan.cp
-    experts = next(model.layers[k].mlp.num_experts for k in distinct_kinds(model)
-                   if hasattr(model.layers[k].mlp, "num_experts"))  # the first routed layer's
     if experts % plan.ep:
         raise PlanError(f"ep={plan.ep} does not divide the {experts} routed experts of "
                         f"{model.name}; valid ep: {_nearest_divisors(experts, plan.ep)}")
@@ -155,6 +154,23 @@ def _resolve_experts(plan: TrainingPlan, model: ModelSpec, dp: int) -> tuple[int
             f"ep={plan.ep} x etp={etp} = {plan.ep * etp} must divide tp={plan.tp} x cp={plan.cp} "
             f"x dp={dp} = {dense_ranks} (the ranks of one pipeline stage)")
     return etp, dense_ranks // (plan.ep * etp)
+
+
+_EXPERTS: dict = {}
+"""id(model) -> (model, routed experts of its first MoE layer, None for a dense model)."""
+
+
+def _routed_experts(model: ModelSpec) -> int | None:
+    """Routed experts per MoE layer (the first one's), None for a dense model: once per model, as
+    every plan a search resolves asks."""
+    hit = _EXPERTS.get(id(model))
+    if hit is None or hit[0] is not model:
+        experts = next(model.layers[k].mlp.num_experts for k in distinct_kinds(model)
+                       if hasattr(model.layers[k].mlp, "num_experts")) if model.is_moe else None
+        if len(_EXPERTS) > 256:
+            _EXPERTS.clear()
+        hit = _EXPERTS[id(model)] = (model, experts)
+    return hit[1]
 
 
 def balanced_split(num_layers: int, chunks: int) -> tuple[int, ...]:

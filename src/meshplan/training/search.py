@@ -16,7 +16,7 @@ from meshplan.model.spec import ModelSpec
 from meshplan.training.estimate import StepEstimate, StepParts, estimate_from_parts, step_parts
 from meshplan.training.memory import estimate_memory, fits_memory
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.capabilities import GENERIC, capability, problems
+from meshplan.training.capabilities import GENERIC, cached_problems, capability
 from meshplan.training.doclengths import is_fixed
 from meshplan.training.packing import BALANCE
 from meshplan.training.routing import MOE_BALANCE
@@ -286,7 +286,7 @@ def _launchable(plan: TrainingPlan, model: ModelSpec, cluster: Cluster):
         resolved = resolve_plan(plan, model, cluster)
     except ConfigError as exc:
         return str(exc)
-    cannot = problems(plan.framework, resolved, model)
+    cannot = cached_problems(plan.framework, resolved, model)
     return cannot[0] if cannot else resolved
 
 
