@@ -128,3 +128,22 @@ def test_memos_shared_across_plans_match_a_fresh_computation(case):
         warm = [stage_memory(model, plan, s) for s in range(plan.pp)]
         assert warm == _fresh(lambda: [stage_memory(model, plan, s) for s in range(plan.pp)])
         assert context._groups(plan, cluster) == plan_groups(plan, cluster)
+
+
+def test_peak_candidates_hold_the_first_peak_of_any_order(monkeypatch):
+    """Even for orders no schedule makes (a backward first, counts below zero), the candidate
+    rows give the numpy walk's answer."""
+    rng = random.Random(8)
+    for n in range(200):
+        vpp = rng.choice([1, 2, 3])
+        codes = [rng.choice([0, 1, 2]) + 3 * rng.randrange(vpp) for _ in range(rng.randint(1, 12))]
+        key = (f"random-{n}", 1, vpp, 1, 0)
+        monkeypatch.setattr(peak_walk, "cached_orders", lambda *a: (tuple(codes),))
+        for fn in (peak_walk.alive_counts, peak_walk.peak_candidates, peak_walk._largest_counts, peak_walk._walk):
+            fn.cache_clear()
+        chunk_bytes = [float(rng.randrange(0, 100)) for _ in range(vpp)]
+        head = rng.choice([0.0, 7.0])
+        expected = peak_walk._numpy_peak(peak_walk.alive_counts(*key), chunk_bytes, head)
+        assert peak_walk.walk_peak(key, chunk_bytes, head) == expected
+    for fn in (peak_walk.alive_counts, peak_walk.peak_candidates, peak_walk._largest_counts, peak_walk._walk):
+        fn.cache_clear()

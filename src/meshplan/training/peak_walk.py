@@ -35,18 +35,19 @@ def alive_counts(schedule: str, pp: int, vpp: int, m: int, stage: int) -> tuple[
 
 @lru_cache(maxsize=256)
 def peak_candidates(schedule: str, pp: int, vpp: int, m: int, stage: int) -> tuple[tuple[int, ...], ...]:
-    """The rows of `alive_counts` that can be the (first) peak, in order: those after a forward,
-    each the first time it occurs. A row after a backward is no larger in any chunk than the row
+    """The rows of `alive_counts` that can be the (first) peak, in order: the first row and those
+    after a forward, each the first time it occurs. A row after a backward is no larger in any chunk than the row
     before it, and a repeat equals its first occurrence; for non-negative chunk sizes either holds
     no more bytes than an earlier row, so the first peak is never one of them."""
-    rows = alive_counts(schedule, pp, vpp, m, stage)
-    previous = (0,) * vpp
     kept: dict[tuple[int, ...], None] = {}
-    for row in rows:
-        if any(a > b for a, b in zip(row, previous)):  # a forward ran
-            kept.setdefault(row)
-        previous = row
-    return tuple(kept) or rows[:1]
+    now = [0] * vpp
+    for code in cached_orders(schedule, pp, vpp, m)[stage]:
+        kind, _, virtual = decode(code, pp * vpp)
+        if kind != W:
+            now[virtual // pp] += 1 if kind == F else -1
+            if kind == F or not kept:  # the first row has no row before it
+                kept.setdefault(tuple(now))
+    return tuple(kept) or ((0,) * vpp,)
 
 
 def walk_peak(key: tuple[str, int, int, int, int], chunk_bytes: list[float],
@@ -90,9 +91,16 @@ def _exact(key: tuple[str, int, int, int, int], chunk_bytes: list[float]) -> boo
 
 @lru_cache(maxsize=256)
 def _largest_counts(schedule: str, pp: int, vpp: int, m: int, stage: int) -> tuple[int, ...]:
-    """The largest magnitude each column of `alive_counts` takes."""
-    return tuple(max(abs(row[j]) for row in alive_counts(schedule, pp, vpp, m, stage))
-                 for j in range(vpp))
+    """The largest magnitude each column of `alive_counts` takes (walking the order without
+    building its rows)."""
+    now, top = [0] * vpp, [0] * vpp
+    for code in cached_orders(schedule, pp, vpp, m)[stage]:
+        kind, _, virtual = decode(code, pp * vpp)
+        if kind != W:
+            c = virtual // pp
+            now[c] += 1 if kind == F else -1
+            top[c] = max(top[c], abs(now[c]))
+    return tuple(top)
 
 
 def _numpy_peak(alive: tuple[tuple[int, ...], ...], chunk_bytes: list[float],
