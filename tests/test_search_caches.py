@@ -1,10 +1,16 @@
-"""`cached_problems` keys on every field its answer reads: a recording proxy shows `problems`
-reads no plan field outside PROBLEM_FIELDS, for every framework and a spread of resolved plans
-(launchable and not, with offload tiers), and the cached answer equals a fresh one."""
+"""The search's enumeration and per-plan caches give what the plain computation gives:
+
+- `cached_problems` keys on every field its answer reads: a recording proxy shows `problems`
+  reads no plan field outside PROBLEM_FIELDS, for every framework and a spread of resolved plans
+  (launchable and not, with offload tiers), and the cached answer equals a fresh one;
+- `candidates`, which filters layouts before pairing them with the other axes, yields the plans
+  (fields and fields set) of one filtered product over every axis, in its order.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 
 import pytest
@@ -55,3 +61,40 @@ def test_problems_read_only_the_cached_fields(framework):
         assert problems(framework, proxy, model) == problems(framework, plan, model)
         assert proxy.read <= set(PROBLEM_FIELDS), proxy.read - set(PROBLEM_FIELDS)
         assert cached_problems(framework, plan, model) == problems(framework, plan, model)
+
+
+def _every_combination(base, model, cluster, pinned, offload):
+    """The enumeration `candidates` replaced: one product over every axis, filtered plan by plan."""
+    from meshplan.training.capabilities import GENERIC, capability
+    from meshplan.training.search import _axes, _offload_tier
+
+    cap = capability(base.framework) or GENERIC
+    axes = _axes(base, model, cluster, pinned, cap, offload)
+    for values in itertools.product(*axes.values()):
+        f = dict(zip(axes, values))
+        chunks = f["pp"] * f["vpp"]
+        if cluster.num_gpus % (f["tp"] * f["pp"] * f["cp"]) or (f["vpp"] > 1 and f["pp"] == 1) \
+                or chunks > model.num_layers \
+                or (f["etp"] is not None and (f["etp"] >= f["tp"] or f["ep"] == 1)) \
+                or (f["schedule"] == "zero-bubble" and (f["pp"] == 1 or f["vpp"] > 1)) \
+                or (f["offload_optimizer"] and f["dp_sharding"] == "optimizer") \
+                or (offload and not _offload_tier(f, cap)):
+            continue
+        plan = base.model_copy(update={**f, "dp": None, "pipeline_split": None})
+        yield plan
+        if cap.partial_recompute and f["recompute"] == "full" and model.num_layers // chunks >= 2:
+            yield plan.model_copy(update={"recompute_num_layers": model.num_layers // chunks // 2})
+
+
+@pytest.mark.parametrize("case", [("mixtral-8x7b", 64, "megatron", {}), ("llama-3.1-8b", 16, "torchtitan", {}),
+                                  ("qwen3-30b-a3b", 32, "deepspeed", {}),
+                                  ("llama-3.1-8b", 16, "megatron", {"schedule": "zero-bubble"})])
+def test_layout_first_enumeration_keeps_every_plan_and_its_order(case):
+    name, gpus, framework, pinned = case
+    model, cluster = load_model(name), Cluster.build("h100-sxm-80gb", gpus)
+    base = TrainingPlan(seq_len=4096, global_batch_size=256, framework=framework)
+    for offload in (False, True):
+        new = [(p.__dict__, p.model_fields_set) for p in candidates(base, model, cluster, pinned, offload)]
+        old = [(p.__dict__, p.model_fields_set) for p in _every_combination(base, model, cluster, pinned, offload)]
+        assert new == old
+        assert new or offload
