@@ -98,3 +98,22 @@ def test_layout_first_enumeration_keeps_every_plan_and_its_order(case):
         old = [(p.__dict__, p.model_fields_set) for p in _every_combination(base, model, cluster, pinned, offload)]
         assert new == old
         assert new or offload
+
+
+def test_chunk_times_from_shared_sums_match_a_fresh_computation():
+    """Chunk times built from sums shared by plans with the same layer times (`_chunk_sums`)
+    equal those of each plan costed alone."""
+    from meshplan.training import step
+    from meshplan.training.context import cost_context
+    from meshplan.training.search import _launchable
+
+    model, cluster = load_model("mixtral-8x7b"), Cluster.build("h100-sxm-80gb", 64)
+    base = TrainingPlan(seq_len=4096, global_batch_size=256, framework="megatron")
+    plans = [r for r in (_launchable(p, model, cluster) for p in candidates(base, model, cluster, {}))
+             if not isinstance(r, str)]
+    for plan in plans:
+        step.chunk_times(cost_context(model, plan, cluster))
+    for plan in random.Random(6).sample(plans, 80):
+        warm = step.chunk_times(cost_context(model, plan, cluster))
+        step._LAYER_TIMES.clear()
+        assert step.chunk_times(cost_context(model, plan, cluster)) == warm

@@ -62,13 +62,10 @@ def _layer_cache(ctx: CostContext) -> dict:
     return _layer_entry(ctx)[2]
 
 
-def _kind_times(ctx: CostContext) -> dict[int, LayerTime]:
-    """`_layer_cache` by layer kind (`counts.layer_kinds`): looking a chunk's layers up by kind
-    spares hashing a frozen LayerSpec, field by nested field, for every layer of every plan."""
-    return _layer_entry(ctx)[3]
-
-
 def _layer_entry(ctx: CostContext) -> tuple:
+    """(model, cluster, LayerTime by layer, LayerTime by kind, chunk sums) of the context's layer
+    key. By kind, a chunk's layers are looked up without hashing a frozen LayerSpec, field by
+    nested field, for every layer of every plan."""
     key = _layer_key(ctx)
     hit = _LAYER_TIMES.get(key)
     if hit is not None and hit[0] is ctx.model and hit[1] is ctx.cluster:
@@ -79,7 +76,24 @@ def _layer_entry(ctx: CostContext) -> tuple:
         by_kind[k] = cache[ctx.model.layers[k]] = layer_time(ctx, ctx.model.layers[k])
     if len(_LAYER_TIMES) > 2048:
         _LAYER_TIMES.clear()
-    hit = _LAYER_TIMES[key] = (ctx.model, ctx.cluster, cache, by_kind)
+    hit = _LAYER_TIMES[key] = (ctx.model, ctx.cluster, cache, by_kind, {})
+    return hit
+
+
+def _chunk_sums(entry: tuple, kinds: tuple[int, ...]) -> tuple:
+    """(forward, backward, weight-grad, TP exposed, EP, CP exposed sums, per-layer forwards,
+    per-layer backwards) of a chunk of layer `kinds` under a `_layer_entry`, added in layer
+    order once per entry and chunk shape: plans sharing layer times (other depths, batch counts,
+    sharding) have the same chunks again."""
+    sums = entry[4]
+    hit = sums.get(kinds)
+    if hit is None:
+        times = [entry[3][k] for k in kinds]
+        hit = sums[kinds] = (
+            sum(t.forward_s for t in times), sum(t.backward_s for t in times),
+            sum(t.weight_grad_s for t in times), sum(t.tp_exposed_s for t in times),
+            sum(t.ep_comm_s for t in times), sum(t.cp_exposed_s for t in times),
+            [t.forward_s for t in times], [t.backward_s for t in times])
     return hit
 
 
@@ -152,7 +166,7 @@ def _fsdp_exposed(ctx: CostContext, layers: list, forward: float,
 def chunk_times(ctx: CostContext) -> list[ChunkTime]:
     """Times of every pipeline chunk (index c runs on stage c % pp); chunks with the same layer
     kinds in the same place (first, middle, last) are costed once."""
-    by_kind = _kind_times(ctx)
+    entry = _layer_entry(ctx)
     pp, chunks = ctx.plan.pp, ctx.plan.chunk_layers
     done: dict[tuple, ChunkTime] = {}
     out = []
@@ -160,23 +174,19 @@ def chunk_times(ctx: CostContext) -> list[ChunkTime]:
         kinds = stage_chunk_kinds(ctx.model, ctx.plan, c % pp)[c // pp]
         key = (kinds, c == 0, c == len(chunks) - 1)
         if key not in done:
-            done[key] = _chunk_time(ctx, chunk, [by_kind[k] for k in kinds], *key[1:])
+            done[key] = _chunk_time(ctx, chunk, _chunk_sums(entry, kinds), *key[1:])
         out.append(done[key])
     return out
 
 
-def _chunk_time(ctx: CostContext, chunk: tuple[int, ...], times: list[LayerTime], first: bool,
+def _chunk_time(ctx: CostContext, chunk: tuple[int, ...], sums: tuple, first: bool,
                 last: bool) -> ChunkTime:
-    """One chunk's ChunkTime from the LayerTime of each of its layers (`times`, in order)."""
-    f = sum(t.forward_s for t in times)
-    b = sum(t.backward_s for t in times)
+    """One chunk's ChunkTime from its layers' summed times (`_chunk_sums`)."""
+    f, b, weight_grad, tp, ep, cp, forwards, backwards = sums
     ef, eb = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
     fsdp_f, fsdp_b = _fsdp_exposed(ctx, list(chunk), f + ef, b + eb)
-    off_f, off_b = chunk_offload_exposed(ctx, chunk, [t.forward_s for t in times],
-                                         [t.backward_s for t in times])
-    return ChunkTime(f + ef + fsdp_f + off_f, b + eb + fsdp_b + off_b,
-                     sum(t.weight_grad_s for t in times), sum(t.tp_exposed_s for t in times),
-                     sum(t.ep_comm_s for t in times), sum(t.cp_exposed_s for t in times),
+    off_f, off_b = chunk_offload_exposed(ctx, chunk, forwards, backwards)
+    return ChunkTime(f + ef + fsdp_f + off_f, b + eb + fsdp_b + off_b, weight_grad, tp, ep, cp,
                      fsdp_f + fsdp_b, off_f + off_b)
 
 
