@@ -188,6 +188,10 @@ def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int,
     """(stored bytes of each of the stage's chunks for one micro-batch, the backward working set
     of its largest layer), once per stage signature and per plan fields it reads (shared by
     plans differing only in `CHUNK_BYTES_UNREAD`)."""
+    fast = plan_memo(model, plan)  # this plan's answer, before the shared memo's lookups
+    hit = fast.get(("chunk_bytes", stage, on_gpu))
+    if hit is not None:
+        return hit
     memo = shared_memo(model, plan, "chunk_bytes", CHUNK_BYTES_UNREAD)
     key = (stage_signatures(model, plan)[stage], on_gpu)
     if key not in memo:
@@ -196,6 +200,7 @@ def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int,
         distinct = {kinds[i] for c in chunks for i in c}
         memo[key] = ([chunk_activation_bytes(model, plan, c, on_gpu) for c in chunks],
                      max(_layer_bytes(model, plan, k) for k in distinct))
+    fast[("chunk_bytes", stage, on_gpu)] = memo[key]
     return memo[key]
 
 
@@ -267,6 +272,10 @@ def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
     """(model states, logits bytes per held micro-batch, transient logits, buffers, layers) of
     a stage: what does not depend on its place in the schedule, once per stage signature and
     per plan fields it reads (shared by plans differing only in `STATIC_UNREAD`)."""
+    fast = plan_memo(model, plan)  # this plan's answer, before the shared memo's lookups
+    hit = fast.get(("stage_static", stage))
+    if hit is not None:
+        return hit
     memo = shared_memo(model, plan, "stage_static", STATIC_UNREAD)
     key = stage_signatures(model, plan)[stage]
     if key not in memo:
@@ -281,6 +290,7 @@ def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
                                     updated_params(trained, plan))
         memo[key] = (states, held_bytes, transient,
                      buffers_bytes(params, model, plan), _layer_count(model, plan, stage), offloaded)
+    fast[("stage_static", stage)] = memo[key]
     return memo[key]
 
 
