@@ -12,6 +12,7 @@ Python's) yields the same float; and only the rows that can be the first peak ar
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import mul
 
 from meshplan.training.pipeline_orders import F, W, cached_orders, decode
 
@@ -69,7 +70,7 @@ def _walk(key: tuple[str, int, int, int, int], chunk_bytes: tuple[float, ...],
     weights = [float(w) for w in chunk_bytes]
     best, peak = None, 0.0
     for row in rows:
-        live = float(sum(a * w for a, w in zip(row, weights)))
+        live = float(sum(map(mul, row, weights)))
         total = live + (row[-1] if head_bytes > 0 else 0) * head_bytes
         if best is None or total > peak:
             best, peak = (live, row), total
