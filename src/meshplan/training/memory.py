@@ -195,9 +195,8 @@ def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int,
     memo = shared_memo(model, plan, "chunk_bytes", CHUNK_BYTES_UNREAD)
     key = (stage_signatures(model, plan)[stage], on_gpu)
     if key not in memo:
-        chunks = [c for k, c in enumerate(plan.chunk_layers) if k % plan.pp == stage]
-        kinds = layer_kinds(model)
-        distinct = {kinds[i] for c in chunks for i in c}
+        chunks = plan.chunk_layers[stage::plan.pp]  # chunk c runs on stage c % pp
+        distinct = (k for k, _ in stage_kind_counts(model, plan, stage))
         memo[key] = ([chunk_activation_bytes(model, plan, c, on_gpu) for c in chunks],
                      max(_layer_bytes(model, plan, k) for k in distinct))
     fast[("chunk_bytes", stage, on_gpu)] = memo[key]
