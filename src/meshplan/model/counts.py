@@ -145,15 +145,25 @@ _KINDS: dict[int, tuple] = {}
 def layer_kinds(model: ModelSpec) -> tuple[int, ...]:
     """For each layer, the index of the first layer equal to it: the distinct layer kinds,
     computed once per model (comparing frozen layers by value is what costs)."""
+    return _kinds_entry(model)[1]
+
+
+def distinct_kinds(model: ModelSpec) -> tuple[int, ...]:
+    """The distinct values of `layer_kinds` (one layer index per kind), ascending, once per model
+    (`ModelSpec.is_moe` is asked for every plan a search resolves)."""
+    return _kinds_entry(model)[2]
+
+
+def _kinds_entry(model: ModelSpec) -> tuple:
     hit = _KINDS.get(id(model))
     if hit is not None and hit[0] is model:
-        return hit[1]
+        return hit
     first: dict = {}
     kinds = tuple(first.setdefault(layer, i) for i, layer in enumerate(model.layers))
     if len(_KINDS) > 256:
         _KINDS.clear()
-    _KINDS[id(model)] = (model, kinds)
-    return kinds
+    hit = _KINDS[id(model)] = (model, kinds, tuple(sorted(set(kinds))))
+    return hit
 
 
 _LAYER_PARAMS: dict[tuple[int, int], tuple] = {}

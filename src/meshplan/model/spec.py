@@ -145,16 +145,16 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         """True when any layer routes tokens to experts."""
-        from meshplan.model.counts import layer_kinds  # distinct layers, cached per model
+        from meshplan.model.counts import distinct_kinds  # distinct layers, cached per model
 
-        return any(isinstance(self.layers[k].mlp, MoEMLP) for k in set(layer_kinds(self)))
+        return any(isinstance(self.layers[k].mlp, MoEMLP) for k in distinct_kinds(self))
 
     @property
     def uses_mla(self) -> bool:
         """True when the attention is multi-head latent attention."""
-        from meshplan.model.counts import layer_kinds
+        from meshplan.model.counts import distinct_kinds
 
-        return any(self.layers[k].attention.mla is not None for k in set(layer_kinds(self)))
+        return any(self.layers[k].attention.mla is not None for k in distinct_kinds(self))
 
     # Derived quantities (computed in meshplan.model.counts).
 

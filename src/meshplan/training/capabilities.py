@@ -9,6 +9,7 @@ and the search skips such plans (and re-targeting a plan to another framework re
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from meshplan.errors import ConfigError
 
@@ -164,6 +165,27 @@ def problems(framework: str, plan, model=None) -> list[str]:
     return out
 
 
+PROBLEM_FIELDS = ("tp", "pp", "cp", "ep", "etp", "dp", "vpp", "dp_sharding", "recompute",
+                  "recompute_num_layers", "precision", "schedule", "shard_group",
+                  "offload_optimizer", "offload_activations", "offload_params", "offload_target",
+                  "optimizer", "rank_order", "tp_comm_overlap", "sequence_parallel")
+"""The resolved-plan fields `problems` reads (a test records them on every framework)."""
+_PROBLEMS: dict = {}
+
+
+def cached_problems(framework: str, plan, model) -> list[str]:
+    """`problems(framework, plan, model)`, once per framework, model and PROBLEM_FIELDS values:
+    a search asks for every plan it resolves, and its plans differ mostly in fields (micro-batch,
+    split, batch count) the framework's rules do not read."""
+    key = (framework, id(model), attrgetter(*PROBLEM_FIELDS)(plan))
+    hit = _PROBLEMS.get(key)
+    if hit is None or hit[0] is not model:
+        if len(_PROBLEMS) > 8192:
+            _PROBLEMS.clear()
+        hit = _PROBLEMS[key] = (model, tuple(problems(framework, plan, model)))
+    return list(hit[1])
+
+
 def _option_problems(framework: str, cap: Capability, plan) -> list[str]:
     """Sharding groups, offload, optimizer, rank order and overlap rules."""
     out = []
@@ -200,8 +222,23 @@ def _option_problems(framework: str, cap: Capability, plan) -> list[str]:
     return out
 
 
+_MODEL_PROBLEMS: dict = {}
+"""(framework, id(cap), id(model)) -> (cap, model, problems): asked once per plan a search
+resolves, answered once per model."""
+
+
 def _model_problems(framework: str, cap: Capability, model) -> list[str]:
-    """Model features the framework's model code cannot build."""
+    """Model features the framework's model code cannot build (once per framework and model)."""
+    key = (framework, id(cap), id(model))
+    hit = _MODEL_PROBLEMS.get(key)
+    if hit is None or hit[0] is not cap or hit[1] is not model:
+        if len(_MODEL_PROBLEMS) > 256:
+            _MODEL_PROBLEMS.clear()
+        hit = _MODEL_PROBLEMS[key] = (cap, model, tuple(_find_model_problems(framework, cap, model)))
+    return list(hit[2])
+
+
+def _find_model_problems(framework: str, cap: Capability, model) -> list[str]:
     from meshplan.model.spec import DenseMLP, MoEMLP
 
     out = []

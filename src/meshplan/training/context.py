@@ -119,15 +119,52 @@ def _with_site(k: TrainingConstants, comm: CommConstants, gpu: str) -> tuple[Tra
     return k, comm
 
 
+_ENGINES: dict = {}
+"""(framework, id(gpu), id(site)) -> (gpu, site, constants): see `_engine`."""
+
+
+def _engine(framework: str, gpu: GPUSpec, constants: TrainingConstants | None) -> tuple:
+    """(compute, training, communication) constants of a framework on a GPU under the active
+    site profile: the same for every plan of a search, so built once (explicit `constants`, as
+    calibration passes, are bounded afresh)."""
+    site = active_site()
+    key = (framework, id(gpu), id(site))
+    hit = _ENGINES.get(key) if constants is None else None
+    if hit is not None and hit[0] is gpu and hit[1] is site:
+        return hit[2]
+    c = constants_for(gpu)
+    k = _bounded(constants or training_constants(framework, gpu.architecture), c, gpu)
+    k, comm = _with_site(k, load_constants(gpu.name), gpu.name)
+    if constants is None:
+        if len(_ENGINES) > 256:
+            _ENGINES.clear()
+        _ENGINES[key] = (gpu, site, (c, k, comm))
+    return c, k, comm
+
+
+_GROUPS: dict = {}
+"""(id(cluster), sizes, shard group, rank order) -> (cluster, PlanGroups): see `_groups`."""
+
+
+def _groups(plan: ResolvedPlan, cluster: Cluster) -> PlanGroups:
+    """`plan_groups`, once per cluster and the plan fields it reads (the plans of a search that
+    differ in micro-batch, recompute or split share their placements)."""
+    key = (id(cluster), plan.tp, plan.cp, plan.ep, plan.dp, plan.pp, plan.shard_group, plan.rank_order)
+    hit = _GROUPS.get(key)
+    if hit is None or hit[0] is not cluster:
+        if len(_GROUPS) > 4096:
+            _GROUPS.clear()
+        hit = _GROUPS[key] = (cluster, plan_groups(plan, cluster))
+    return hit[1]
+
+
 def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster,
                  constants: TrainingConstants | None = None) -> CostContext:
     """Build the cost context of a resolved plan (optionally with explicit engine constants)."""
     gpu = cluster.gpu
-    c = constants_for(gpu)
-    k = _bounded(constants or training_constants(plan.framework, gpu.architecture), c, gpu)
-    k, comm = _with_site(k, load_constants(gpu.name), gpu.name)
+    c, k, comm = _engine(plan.framework, gpu, constants)
     return CostContext(
-        model=model, plan=plan, cluster=cluster, groups=plan_groups(plan, cluster),
+        model=model, plan=plan, cluster=cluster, groups=_groups(plan, cluster),
         c=c, comm=comm, k=k,
         clock=clock_factor(gpu, cluster.power_limit_w),
         tokens=plan.micro_batch_size * plan.seq_len / plan.cp,

@@ -45,9 +45,14 @@ class StepEstimate:
 
 
 def _stage_times(ctx: CostContext, chunks: list[ChunkTime]) -> list[StageTimes]:
+    """Each stage's StageTimes; stages of one signature run the same chunks, so they share one
+    (built and checked once per plan rather than once per stage)."""
     pp = ctx.plan.pp
-    out = []
-    for s in range(pp):
+    out: list[StageTimes] = []
+    for s, sig in enumerate(stage_signatures(ctx.model, ctx.plan)):
+        if sig != s:
+            out.append(out[sig])
+            continue
         mine = chunks[s::pp]
         out.append(StageTimes(forward_s=tuple(c.forward_s for c in mine),
                               backward_s=tuple(c.backward_s for c in mine),

@@ -10,8 +10,8 @@ DRAM and NVMe instead (`training.offload`).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING
+from functools import lru_cache, reduce
+from operator import add
 
 from meshplan.hardware import Cluster
 from meshplan.model.counts import layer_kinds
@@ -19,21 +19,20 @@ from meshplan.model.spec import ModelSpec
 from meshplan.training import activations as act
 from meshplan.training import finetune
 from meshplan.training.offload import offloaded_bytes
-from meshplan.training.pipeline_orders import F, W, cached_orders, decode
+from meshplan.training.peak_walk import walk_peak
 from meshplan.training.resolve import ResolvedPlan
 from meshplan.training.schedules import in_flight_chunks
 from meshplan.training.states import (
     SHARDED_STATES,
     StageParams,
     plan_memo,
+    shared_memo,
+    stage_kind_counts,
     stage_params,
     stage_signatures,
     state_bytes,
     updated_params,
 )
-
-if TYPE_CHECKING:
-    import numpy as np
 
 FRAGMENTATION = 0.05
 """Allocator slack (reserved minus allocated) as a fraction of allocated bytes at the peak."""
@@ -159,67 +158,48 @@ def _layer_bytes(model: ModelSpec, plan: ResolvedPlan, index: int, selective: bo
 
 def chunk_activation_bytes(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[int, ...],
                            on_gpu: bool = True) -> float:
-    """Stored activations of one model chunk for one micro-batch (on the GPU, or anywhere)."""
+    """Stored activations of one model chunk for one micro-batch (on the GPU, or anywhere): the
+    layers' bytes added in layer order, each distinct (kind, recomputed) costed once."""
     full = plan.recompute == "full"
     budget = len(chunk) if plan.recompute_num_layers is None else plan.recompute_num_layers
-    cache: dict = {}
-    total = 0.0
-    kinds = layer_kinds(model)
-    for k, i in enumerate(chunk):
-        key = (kinds[i], full and k < budget)
-        if key not in cache:
-            cache[key] = _stored_layer_bytes(model, plan, i, key[1], on_gpu)
-        total += cache[key]
-    return total
+    keys = _layer_keys(tuple(map(layer_kinds(model).__getitem__, chunk)), budget if full else 0)
+    first = dict(zip(keys, chunk))  # a layer index of each distinct key
+    values = {key: _stored_layer_bytes(model, plan, first[key], key[1], on_gpu) for key in first}
+    return reduce(add, map(values.__getitem__, keys), 0.0)  # left to right, as a loop adds
 
 
-@lru_cache(maxsize=256)
-def _alive_counts(schedule: str, pp: int, vpp: int, m: int, stage: int) -> np.ndarray:
-    """After each op of `stage`'s order, how many micro-batches of each chunk have run their
-    forward but not yet their backward (rows: ops; columns: chunks)."""
-    import numpy as np
-    counts = np.zeros((1, vpp))
-    steps = []
-    for code in cached_orders(schedule, pp, vpp, m)[stage]:
-        kind, _, virtual = decode(code, pp * vpp)
-        if kind == W:
-            continue
-        step = np.zeros(vpp)
-        step[virtual // pp] = 1 if kind == F else -1
-        steps.append(step)
-    counts = np.cumsum(np.array(steps), axis=0) if steps else counts
-    counts.setflags(write=False)
-    return counts
+@lru_cache(maxsize=1024)
+def _layer_keys(kinds: tuple[int, ...], recomputed: int) -> tuple[tuple[int, bool], ...]:
+    """(kind, recomputed) of each layer of a chunk of layer kinds `kinds` whose first
+    `recomputed` layers full recompute re-runs."""
+    return tuple((k, j < recomputed) for j, k in enumerate(kinds))
 
 
-def _walk_peak(alive: np.ndarray, chunk_bytes: list[float],
-               head_bytes: float) -> tuple[float, int, int]:
-    """At the peak of activations plus held logits over one stage's op order (a forward keeps
-    its chunk's activations, its backward frees them): (activation bytes, chunks alive, logits
-    held). Logits belong to the stage's last chunk when `head_bytes` > 0."""
-    import numpy as np
-    weights = np.asarray(chunk_bytes, dtype=float)
-    live = alive @ weights
-    held = alive[:, -1] if head_bytes > 0 else np.zeros(len(alive))
-    total = live + held * head_bytes
-    k = int(np.argmax(total))
-    if total[k] <= 0.0:
-        return 0.0, 0, 0
-    return float(live[k]), int(alive[k].sum()), int(held[k])
+CHUNK_BYTES_UNREAD = frozenset({
+    "dp", "ep", "shard_group", "expert_dp", "global_batch_size", "num_microbatches", "dp_sharding",
+    "schedule", "offload_optimizer", "offload_params", "offload_target", "optimizer", "rank_order",
+    "tp_comm_overlap", "chosen", "warnings"})
+"""Plan fields the activations a chunk stores do not read: `act.NOT_ACTIVATION_FIELDS` but for
+what acts on them here (recompute, activation offload, the split into chunks)."""
 
 
 def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int,
                  on_gpu: bool = True) -> tuple[list[float], float]:
     """(stored bytes of each of the stage's chunks for one micro-batch, the backward working set
-    of its largest layer), once per stage signature."""
-    memo = plan_memo(model, plan)
-    key = ("chunk_bytes", stage_signatures(model, plan)[stage], on_gpu)
+    of its largest layer), once per stage signature and per plan fields it reads (shared by
+    plans differing only in `CHUNK_BYTES_UNREAD`)."""
+    fast = plan_memo(model, plan)  # this plan's answer, before the shared memo's lookups
+    hit = fast.get(("chunk_bytes", stage, on_gpu))
+    if hit is not None:
+        return hit
+    memo = shared_memo(model, plan, "chunk_bytes", CHUNK_BYTES_UNREAD)
+    key = (stage_signatures(model, plan)[stage], on_gpu)
     if key not in memo:
-        chunks = [c for k, c in enumerate(plan.chunk_layers) if k % plan.pp == stage]
-        kinds = layer_kinds(model)
-        distinct = {kinds[i] for c in chunks for i in c}
+        chunks = plan.chunk_layers[stage::plan.pp]  # chunk c runs on stage c % pp
+        distinct = (k for k, _ in stage_kind_counts(model, plan, stage))
         memo[key] = ([chunk_activation_bytes(model, plan, c, on_gpu) for c in chunks],
                      max(_layer_bytes(model, plan, k) for k in distinct))
+    fast[("chunk_bytes", stage, on_gpu)] = memo[key]
     return memo[key]
 
 
@@ -231,14 +211,24 @@ def stage_activations(model: ModelSpec, plan: ResolvedPlan, stage: int, head_byt
     chunks (a first or last chunk lighter) or the LM head's chunk under virtual stages: walk the
     schedule's op order, since which chunks are alive at the peak then matters."""
     per_chunk, working = _chunk_bytes(model, plan, stage, on_gpu)  # working: backward of one layer
-    uniform = len(set(per_chunk)) == 1 and not (head_bytes and plan.vpp > 1)
-    if plan.vpp == 1 or uniform:
-        alive = in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)
+    alive = closed_form_in_flight(model, plan, stage, head_bytes, on_gpu)
+    if alive is not None:
         held = max(alive, 1) if head_bytes else 0
         return per_chunk[0] * alive + working, alive / plan.vpp, held
-    counts = _alive_counts(plan.schedule, plan.pp, plan.vpp, plan.num_microbatches, stage)
-    stored, alive, held = _walk_peak(counts, per_chunk, head_bytes)
+    key = (plan.schedule, plan.pp, plan.vpp, plan.num_microbatches, stage)
+    stored, alive, held = walk_peak(key, per_chunk, head_bytes)
     return stored + working, alive / plan.vpp, max(held, 1) if head_bytes else 0
+
+
+def closed_form_in_flight(model: ModelSpec, plan: ResolvedPlan, stage: int, head_bytes: float,
+                          on_gpu: bool = True) -> int | None:
+    """Chunks in flight at `stage`'s peak by the schedule's closed form, which holds with one
+    chunk per stage or equal chunks off the LM head's stage; None when the op order is walked."""
+    per_chunk, _ = _chunk_bytes(model, plan, stage, on_gpu)
+    uniform = len(set(per_chunk)) == 1 and not (head_bytes and plan.vpp > 1)
+    if plan.vpp == 1 or uniform:
+        return in_flight_chunks(plan.schedule, stage, plan.pp, plan.vpp, plan.num_microbatches)
+    return None
 
 
 def logits_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[float, float]:
@@ -271,12 +261,22 @@ def buffers_bytes(params: StageParams, model: ModelSpec, plan: ResolvedPlan) -> 
     return total
 
 
+STATIC_UNREAD = frozenset({"recompute", "recompute_num_layers", "schedule", "num_microbatches",
+                           "global_batch_size", "chosen", "warnings"})
+"""Plan fields a stage's model states, logits, buffers and offloaded bytes do not read (what
+recompute and the schedule change is the activations, counted apart)."""
+
+
 def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
     """(model states, logits bytes per held micro-batch, transient logits, buffers, layers) of
-    a stage: what does not depend on its place in the schedule, once per stage signature."""
-    memo = plan_memo(model, plan)
-    sig = stage_signatures(model, plan)[stage]
-    key = ("stage_static", sig)
+    a stage: what does not depend on its place in the schedule, once per stage signature and
+    per plan fields it reads (shared by plans differing only in `STATIC_UNREAD`)."""
+    fast = plan_memo(model, plan)  # this plan's answer, before the shared memo's lookups
+    hit = fast.get(("stage_static", stage))
+    if hit is not None:
+        return hit
+    memo = shared_memo(model, plan, "stage_static", STATIC_UNREAD)
+    key = stage_signatures(model, plan)[stage]
     if key not in memo:
         params = stage_params(model, plan, stage)
         held_bytes, transient = logits_bytes(model, plan, stage)
@@ -288,8 +288,14 @@ def _stage_static(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple:
         offloaded = offloaded_bytes(plan, state_bytes(plan, model.hidden_size),
                                     updated_params(trained, plan))
         memo[key] = (states, held_bytes, transient,
-                     buffers_bytes(params, model, plan), len(plan.stage_layers(stage)), offloaded)
+                     buffers_bytes(params, model, plan), _layer_count(model, plan, stage), offloaded)
+    fast[("stage_static", stage)] = memo[key]
     return memo[key]
+
+
+def _layer_count(model: ModelSpec, plan: ResolvedPlan, stage: int) -> int:
+    """Decoder layers on `stage` (`len(plan.stage_layers(stage))`, from the cached layout)."""
+    return sum(n for _, n in stage_kind_counts(model, plan, stage))
 
 
 def offloaded_activations(model: ModelSpec, plan: ResolvedPlan, stage: int) -> float:
@@ -303,8 +309,16 @@ def offloaded_activations(model: ModelSpec, plan: ResolvedPlan, stage: int) -> f
 
 def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemory:
     """The peak memory breakdown of one GPU of `stage`."""
-    states, held_bytes, transient, buffers, num_layers, (host, nvme) = _stage_static(model, plan, stage)
-    acts, alive, held = stage_activations(model, plan, stage, held_bytes)
+    static = _stage_static(model, plan, stage)
+    acts, alive, held = stage_activations(model, plan, stage, static[1])
+    return _assemble(static, stage, acts, alive, held, offloaded_activations(model, plan, stage))
+
+
+def _assemble(static: tuple, stage: int, acts: float, alive: float, held: int,
+              host_acts: float) -> StageMemory:
+    """A stage's breakdown from its static part (`_stage_static`), the activations at its peak,
+    and the activation bytes it offloads to the host."""
+    states, held_bytes, transient, buffers, num_layers, (host, nvme) = static
     logits = held_bytes * held + transient
     allocated = sum(states.values()) + acts + logits + buffers + WORKSPACE_BYTES
     return StageMemory(
@@ -313,8 +327,7 @@ def stage_memory(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageMemor
         master_weights_bytes=states["master"], optimizer_bytes=states["optimizer"],
         activations_bytes=acts, logits_bytes=logits, buffers_bytes=buffers,
         workspace_bytes=WORKSPACE_BYTES, fragmentation_bytes=FRAGMENTATION * allocated,
-        cuda_context_bytes=CUDA_CONTEXT_BYTES,
-        host_bytes=host + offloaded_activations(model, plan, stage), nvme_bytes=nvme,
+        cuda_context_bytes=CUDA_CONTEXT_BYTES, host_bytes=host + host_acts, nvme_bytes=nvme,
     )
 
 
@@ -387,15 +400,46 @@ def host_capacity(cluster: Cluster) -> tuple[float, float]:
 
 def fits_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> bool:
     """`estimate_memory(...).fits`, stopping at the first stage that does not fit; the first
-    and last stages (most micro-batches in flight; the LM head) are checked first."""
+    and last stages (most micro-batches in flight; the LM head) are checked first.
+
+    Two exact shortcuts, both resting on float addition and scaling by a non-negative constant
+    being monotone: a stage whose total without activations and held logits (`_assemble` with
+    none) already overflows cannot fit with them; and a stage with the signature of one that fit
+    and no more chunks in flight by the closed form (without activation offload) holds the same
+    states with no more activations, so it fits too and is not assembled."""
     capacity = float(cluster.gpu.hbm_bytes)
     host, nvme = host_capacity(cluster)
     order = (0, plan.pp - 1, *range(1, plan.pp - 1)) if plan.pp > 1 else (0,)
+    signatures = stage_signatures(model, plan)
+    fitted: dict = {}  # signature: most chunks in flight of its stages that fit (None: walked)
     for s in order:
+        sig = signatures[s]
+        if sig in fitted:
+            alive = None if fitted[sig] is None else in_flight_chunks(
+                plan.schedule, s, plan.pp, plan.vpp, plan.num_microbatches)
+            if alive is not None and fitted[sig] >= alive:
+                continue
+        elif _floor(model, plan, s) > capacity:
+            return False
         stage = stage_memory(model, plan, s)
         if stage.total_bytes > capacity or stage.host_bytes > host or stage.nvme_bytes > nvme:
             return False
+        if sig not in fitted:  # whether the closed form holds is the signature's
+            fitted[sig] = None if plan.offload_activations else closed_form_in_flight(
+                model, plan, s, _stage_static(model, plan, s)[1])
+        elif alive is not None:
+            fitted[sig] = max(fitted[sig], alive)
     return True
+
+
+def _floor(model: ModelSpec, plan: ResolvedPlan, stage: int) -> float:
+    """The stage's total without activations and held logits, a lower bound on its peak (once
+    per `_stage_static`)."""
+    memo = shared_memo(model, plan, "stage_static", STATIC_UNREAD)
+    key = ("floor", stage_signatures(model, plan)[stage])
+    if key not in memo:
+        memo[key] = _assemble(_stage_static(model, plan, stage), stage, 0.0, 0.0, 0, 0.0).total_bytes
+    return memo[key]
 
 
 def estimate_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> MemoryEstimate:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from meshplan.errors import UnknownNameError
 from meshplan.training.pipeline_orders import (
@@ -113,19 +114,30 @@ def step_lower_bound(schedule: str, stages: Sequence[StageTimes], num_microbatch
     still has to cross stages s-1..0."""
     spec = _lookup(schedule)
     pp, vpp = _check(stages, num_microbatches, p2p_s)
-    orders = cached_orders(spec.name, pp, vpp, num_microbatches)
+    ends = _own_first_and_last(spec.name, pp, vpp, num_microbatches)
     hop = p2p_s if pp > 1 else 0.0
     fill = drain = bound = 0.0
-    for s, st in enumerate(stages):
+    for st, (starts_own, ends_own) in zip(stages, ends):
         busy = num_microbatches * (sum(st.forward_s) + sum(st.backward_s))
-        kind, _, virtual = decode(orders[s][0], pp * vpp)
-        head = fill if kind == F and virtual == s else 0.0
-        kind, _, virtual = decode(orders[s][-1], pp * vpp)
-        tail = drain if kind == B and virtual == s else 0.0
+        head = fill if starts_own else 0.0
+        tail = drain if ends_own else 0.0
         bound = max(bound, head + busy + tail)
         b = st.backward_s[0] - (st.weight_grad(0) if spec.split_backward else 0.0)
         fill, drain = fill + st.forward_s[0] + hop, drain + b + hop
     return bound
+
+
+@lru_cache(maxsize=256)
+def _own_first_and_last(schedule: str, pp: int, vpp: int, m: int) -> tuple[tuple[bool, bool], ...]:
+    """Per stage: whether its first op is a forward of its own first chunk (virtual stage = the
+    stage), and its last a backward of it: what `step_lower_bound` reads of each order, once
+    per shape (a search bounds hundreds of plans over a few shapes)."""
+    orders = cached_orders(schedule, pp, vpp, m)
+    out = []
+    for s in range(pp):
+        first, last = decode(orders[s][0], pp * vpp), decode(orders[s][-1], pp * vpp)
+        out.append((first[0] == F and first[2] == s, last[0] == B and last[2] == s))
+    return tuple(out)
 
 
 def _lookup(schedule: str) -> Schedule:

@@ -7,10 +7,12 @@ nearest valid values; every value meshplan chose is recorded in `ResolvedPlan.ch
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model import lora
+from meshplan.model.counts import distinct_kinds
 from meshplan.model.spec import ModelSpec, MoEMLP
 from meshplan.training.capabilities import FUSED_ADAPTERS, frameworks_for
 from meshplan.training.doclengths import check_spec, is_fixed
@@ -111,7 +113,7 @@ def _nearest_divisors(n: int, near: int) -> str:
 
 def _resolve_dp(plan: TrainingPlan, world: int) -> int:
     fixed = plan.tp * plan.cp * plan.pp
-    factors = f"tp={plan.tp} x cp={plan.cp} x pp={plan.pp}"
+    factors = f"tp={plan.tp} x cp={plan.cp} x pp={plan.pp}" if plan.dp is not None or world % fixed else ""
     if plan.dp is None:
         if world % fixed:
             raise PlanError(
@@ -137,12 +139,12 @@ def _check_heads(plan: TrainingPlan, model: ModelSpec) -> None:
 def _resolve_experts(plan: TrainingPlan, model: ModelSpec, dp: int) -> tuple[int, int]:
     """(etp, expert_dp) after checking EP against the model and the layout."""
     etp = plan.etp or plan.tp
-    if not model.is_moe:
+    experts = _routed_experts(model)
+    if experts is None:
         if plan.ep > 1 or (plan.etp and plan.etp != plan.tp):
             raise PlanError(f"ep={plan.ep}, etp={plan.etp} need a mixture-of-experts model; "
                             f"{model.name} is dense (use ep=1)")
         return plan.tp, dp * plan.cp
-    experts = next(l.mlp.num_experts for l in model.layers if hasattr(l.mlp, "num_experts"))
     if experts % plan.ep:
         raise PlanError(f"ep={plan.ep} does not divide the {experts} routed experts of "
                         f"{model.name}; valid ep: {_nearest_divisors(experts, plan.ep)}")
@@ -152,6 +154,23 @@ def _resolve_experts(plan: TrainingPlan, model: ModelSpec, dp: int) -> tuple[int
             f"ep={plan.ep} x etp={etp} = {plan.ep * etp} must divide tp={plan.tp} x cp={plan.cp} "
             f"x dp={dp} = {dense_ranks} (the ranks of one pipeline stage)")
     return etp, dense_ranks // (plan.ep * etp)
+
+
+_EXPERTS: dict = {}
+"""id(model) -> (model, routed experts of its first MoE layer, None for a dense model)."""
+
+
+def _routed_experts(model: ModelSpec) -> int | None:
+    """Routed experts per MoE layer (the first one's), None for a dense model: once per model, as
+    every plan a search resolves asks."""
+    hit = _EXPERTS.get(id(model))
+    if hit is None or hit[0] is not model:
+        experts = next(model.layers[k].mlp.num_experts for k in distinct_kinds(model)
+                       if hasattr(model.layers[k].mlp, "num_experts")) if model.is_moe else None
+        if len(_EXPERTS) > 256:
+            _EXPERTS.clear()
+        hit = _EXPERTS[id(model)] = (model, experts)
+    return hit[1]
 
 
 def balanced_split(num_layers: int, chunks: int) -> tuple[int, ...]:
@@ -180,18 +199,28 @@ def edge_split(num_layers: int, chunks: int) -> tuple[int, ...] | None:
 
 def _uneven(plan: TrainingPlan, model: ModelSpec, vpp: int, chosen: dict[str, str]) -> tuple[int, ...]:
     """The split meshplan picks when pp x vpp does not divide the layers (reported in `chosen`)."""
-    n, chunks = model.num_layers, plan.pp * vpp
+    sizes, text = _uneven_split(model.num_layers, plan.pp, vpp, model.name)
+    if sizes is None:
+        raise PlanError(text)
+    chosen["pipeline_split"] = text
+    return sizes
+
+
+@lru_cache(maxsize=512)
+def _uneven_split(n: int, pp: int, vpp: int, name: str) -> tuple[tuple[int, ...] | None, str]:
+    """(`_uneven`'s split, what `chosen` says of it), or (None, why there is none): once per
+    shape, since a search resolves thousands of plans over a few pipeline shapes."""
+    chunks = pp * vpp
     sizes = edge_split(n, chunks)
     if sizes is None:
-        why = (f"are more than the {n} layers of {model.name}" if chunks > n else
-               f"cannot split the {n} layers of {model.name} with even middle chunks")
+        why = (f"are more than the {n} layers of {name}" if chunks > n else
+               f"cannot split the {n} layers of {name} with even middle chunks")
         hint = ("" if chunks > n else
                 f", or give --pipeline-split, e.g. {','.join(map(str, balanced_split(n, chunks)))}")
-        raise PlanError(f"pp={plan.pp} x vpp={vpp} = {chunks} pipeline chunks {why}; use a chunk "
-                        f"count dividing {n} ({_nearest_divisors(n, chunks)}){hint}")
-    chosen["pipeline_split"] = (f"{','.join(map(str, _runs(sizes)))} ({chunks} chunks do not divide "
-                                f"the {n} layers: the first and last chunk take the remainder)")
-    return sizes
+        return None, (f"pp={pp} x vpp={vpp} = {chunks} pipeline chunks {why}; use a chunk "
+                      f"count dividing {n} ({_nearest_divisors(n, chunks)}){hint}")
+    return sizes, (f"{','.join(map(str, _runs(sizes)))} ({chunks} chunks do not divide "
+                   f"the {n} layers: the first and last chunk take the remainder)")
 
 
 def _runs(sizes: tuple[int, ...]) -> list[str]:
@@ -214,7 +243,14 @@ def _chunks(plan: TrainingPlan, model: ModelSpec, vpp: int,
     if len(sizes) != chunks or sum(sizes) != n or min(sizes) < 1:
         raise PlanError(f"pipeline_split {list(sizes)} must have pp x vpp = {chunks} positive "
                         f"entries summing to the {n} layers of {model.name}")
-    starts = [sum(sizes[:c]) for c in range(chunks)]
+    return _chunk_layers(tuple(sizes))
+
+
+@lru_cache(maxsize=512)
+def _chunk_layers(sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Layer indices of chunks of `sizes` layers, built once per split (a search resolves
+    thousands of plans over a few splits; sharing the tuples also lets later caches key on them)."""
+    starts = [sum(sizes[:c]) for c in range(len(sizes))]
     return tuple(tuple(range(s, s + k)) for s, k in zip(starts, sizes))
 
 
@@ -340,7 +376,10 @@ def _resolve_method(plan: TrainingPlan, model: ModelSpec, chosen: dict[str, str]
 RANK_DIMS = ("tp", "cp", "ep", "dp", "pp")
 
 
+@lru_cache(maxsize=64)
 def _check_rank_order(order: str) -> None:
+    """Raise unless `order` names each rank dimension once (once per order: it is a constant of
+    every plan a search resolves)."""
     if sorted(order.split("-")) != sorted(RANK_DIMS):
         raise PlanError(f"rank_order {order!r} must name each of tp, cp, ep, dp, pp once, "
                         f"innermost first, e.g. tp-cp-ep-dp-pp")

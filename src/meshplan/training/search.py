@@ -7,6 +7,8 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from operator import attrgetter
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
@@ -14,7 +16,7 @@ from meshplan.model.spec import ModelSpec
 from meshplan.training.estimate import StepEstimate, StepParts, estimate_from_parts, step_parts
 from meshplan.training.memory import estimate_memory, fits_memory
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.capabilities import GENERIC, capability, problems
+from meshplan.training.capabilities import GENERIC, cached_problems, capability
 from meshplan.training.doclengths import is_fixed
 from meshplan.training.packing import BALANCE
 from meshplan.training.routing import MOE_BALANCE
@@ -67,34 +69,53 @@ def _offload_tier(fields: dict, cap) -> bool:
     return fields["offload_activations"] or fields["offload_params"] or fields["offload_target"] == "nvme"
 
 
+LAYOUT_AXES = frozenset({"tp", "pp", "vpp", "cp", "ep", "etp"})
+"""Axes that fix the parallel layout: `candidates` filters their combinations before pairing
+each with the other axes' (the leading axes of `_axes`, so the enumeration order is kept)."""
+
+
 def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
                pinned: dict, offload: bool = False) -> Iterator[TrainingPlan]:
     """Every combination of open fields the framework supports (validity checked later); with
     `offload`, only those that use an offload tier of `offload_axes`."""
     cap = capability(base.framework) or GENERIC
     axes = _axes(base, model, cluster, pinned, cap, offload)
-    world = cluster.num_gpus
-    for values in itertools.product(*axes.values()):
-        fields = dict(zip(axes, values))
-        chunks = fields["pp"] * fields["vpp"]
-        if world % (fields["tp"] * fields["pp"] * fields["cp"]) or (fields["vpp"] > 1 and fields["pp"] == 1):
+    names = list(axes)
+    lead = next((i for i, name in enumerate(names) if name not in LAYOUT_AXES), len(names))
+    inner = [dict(zip(names[lead:], values)) for values in itertools.product(*list(axes.values())[lead:])]
+    for values in itertools.product(*list(axes.values())[:lead]):
+        layout = dict(zip(names[:lead], values))
+        if not _layout_ok(layout, model, cluster.num_gpus):
             continue
-        if chunks > model.num_layers:
-            continue
-        if fields["etp"] is not None and (fields["etp"] >= fields["tp"] or fields["ep"] == 1):
-            continue  # etp defaults to tp; folding searches experts on fewer TP ranks (etp < tp)
-        if fields["schedule"] == "zero-bubble" and (fields["pp"] == 1 or fields["vpp"] > 1):
-            continue
-        if fields["offload_optimizer"] and fields["dp_sharding"] == "optimizer":
-            continue  # ZeRO-Offload needs ZeRO-2 or 3
-        if offload and not _offload_tier(fields, cap):
-            continue
-        plan = base.model_copy(update={**fields, "dp": None, "pipeline_split": None})
-        yield plan
-        if cap.partial_recompute and fields["recompute"] == "full":
-            per_chunk = model.num_layers // chunks
-            if per_chunk >= 2:  # Megatron's block method: recompute only half of each chunk
-                yield plan.model_copy(update={"recompute_num_layers": per_chunk // 2})
+        for rest in inner:
+            fields = {**layout, **rest}
+            if not _fields_ok(fields, cap, offload):
+                continue
+            plan = base.model_copy(update={**fields, "dp": None, "pipeline_split": None})
+            yield plan
+            if cap.partial_recompute and fields["recompute"] == "full":
+                per_chunk = model.num_layers // (fields["pp"] * fields["vpp"])
+                if per_chunk >= 2:  # Megatron's block method: recompute only half of each chunk
+                    yield plan.model_copy(update={"recompute_num_layers": per_chunk // 2})
+
+
+def _layout_ok(fields: dict, model: ModelSpec, world: int) -> bool:
+    """The layout divides the GPUs and the layers, and folds experts only onto fewer TP ranks."""
+    if world % (fields["tp"] * fields["pp"] * fields["cp"]) or (fields["vpp"] > 1 and fields["pp"] == 1):
+        return False
+    if fields["pp"] * fields["vpp"] > model.num_layers:
+        return False
+    # etp defaults to tp; folding searches experts on fewer TP ranks (etp < tp)
+    return fields["etp"] is None or (fields["etp"] < fields["tp"] and fields["ep"] != 1)
+
+
+def _fields_ok(fields: dict, cap, offload: bool) -> bool:
+    """The schedule, sharding and offload fields fit the layout and the framework."""
+    if fields["schedule"] == "zero-bubble" and (fields["pp"] == 1 or fields["vpp"] > 1):
+        return False
+    if fields["offload_optimizer"] and fields["dp_sharding"] == "optimizer":
+        return False  # ZeRO-Offload needs ZeRO-2 or 3
+    return not offload or _offload_tier(fields, cap)
 
 
 def _axes(base: TrainingPlan, model: ModelSpec, cluster: Cluster, pinned: dict, cap,
@@ -143,14 +164,21 @@ def _identity(plan) -> tuple:
     """What makes two resolved plans different runs. With one rank per shard group (dp x cp = 1
     and one expert replica) ZeRO stages shard nothing, so every dp_sharding is the same plan; the
     candidates come lowest stage first, so the simplest one is kept."""
-    fields = {f: getattr(plan, f) for f in plan.__dataclass_fields__ if f not in IGNORED}
+    names = _identity_fields(type(plan))
+    values = list(attrgetter(*names)(plan))
     if plan.shard_group == 1 and plan.expert_dp == 1:
-        fields["dp_sharding"] = None
+        values[names.index("dp_sharding")] = None
     if plan.cp == 1 and plan.balance == "per-doc-cp":
-        fields["balance"] = "none"  # one CP rank: splitting each document changes nothing
+        values[names.index("balance")] = "none"  # one CP rank: splitting each document changes nothing
     if plan.ep == 1 and plan.moe_balance == "eplb":
-        fields["moe_balance"] = "none"  # one EP rank holds every expert: replicas change nothing
-    return tuple(fields.values())
+        values[names.index("moe_balance")] = "none"  # one EP rank holds every expert: replicas change nothing
+    return tuple(values)
+
+
+@lru_cache(maxsize=8)
+def _identity_fields(cls: type) -> tuple[str, ...]:
+    """The fields of `cls` that tell two runs apart (all but IGNORED), in declaration order."""
+    return tuple(f for f in cls.__dataclass_fields__ if f not in IGNORED)
 
 
 OBJECTIVE_UNITS = {"throughput": "-tokens/s/GPU", "cost": "USD per million tokens",
@@ -277,7 +305,7 @@ def _launchable(plan: TrainingPlan, model: ModelSpec, cluster: Cluster):
         resolved = resolve_plan(plan, model, cluster)
     except ConfigError as exc:
         return str(exc)
-    cannot = problems(plan.framework, resolved, model)
+    cannot = cached_problems(plan.framework, resolved, model)
     return cannot[0] if cannot else resolved
 
 

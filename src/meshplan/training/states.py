@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
+from operator import attrgetter
 
 from meshplan.model import counts
 from meshplan.model.counts import layer_kinds
@@ -97,33 +99,86 @@ def plan_memo(model: ModelSpec, plan: ResolvedPlan) -> dict:
     return _PLAN_MEMO[2]
 
 
+_SHARED: dict = {}
+"""(name, id(model), plan fields read) -> (model, memo): see `shared_memo`."""
+
+
+def shared_memo(model: ModelSpec, plan: ResolvedPlan, name: str, unread: frozenset[str]) -> dict:
+    """A scratch dict shared by every plan equal to `plan` in all fields but `unread`, which
+    whatever is stored under `name` must not read: a search tries each layout with several
+    recompute choices and batch counts, and the stages' model states, logits and buffers are the
+    same for all of them. A field missing from `unread` is part of the key (safe by default)."""
+    memo = plan_memo(model, plan)
+    hit = memo.get(("shared", name))
+    if hit is None:
+        key = (name, id(model), _fields_but(type(plan), unread)(plan))
+        entry = _SHARED.get(key)
+        if entry is None or entry[0] is not model:
+            if len(_SHARED) > 4096:
+                _SHARED.clear()
+            entry = _SHARED[key] = (model, {})
+        hit = memo[("shared", name)] = entry[1]
+    return hit
+
+
+@lru_cache(maxsize=32)
+def _fields_but(cls: type, unread: frozenset[str]) -> attrgetter:
+    return attrgetter(*(f for f in cls.__dataclass_fields__ if f not in unread))
+
+
 def stage_signatures(model: ModelSpec, plan: ResolvedPlan) -> tuple[int, ...]:
     """Per stage, the first stage whose costs are the same: the same layer kinds in each of its
     chunks, and the same place (holding the embedding, the LM head, or neither). Such stages hold
     the same parameters and run the same work per micro-batch, so the memory and time models
     cost each signature once per plan."""
-    memo = plan_memo(model, plan)
-    hit = memo.get("signatures")
-    if hit is None:
-        hit = memo["signatures"] = _signatures(model, plan)
-    return hit
+    return _layout(model, plan)[2]
 
 
 def stage_chunk_kinds(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[tuple[int, ...], ...]:
     """The layer kinds (`counts.layer_kinds`) of each chunk of `stage`."""
-    kinds = layer_kinds(model)
-    return tuple(tuple(kinds[i] for i in chunk)
-                 for c, chunk in enumerate(plan.chunk_layers) if c % plan.pp == stage)
+    return _layout(model, plan)[1][stage]
 
 
-def _signatures(model: ModelSpec, plan: ResolvedPlan) -> tuple[int, ...]:
+def stage_kind_counts(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[tuple[int, int], ...]:
+    """(layer kind, layers of it) on `stage`, kinds in order of first appearance."""
+    return _layout(model, plan)[3][stage]
+
+
+_LAYOUTS: dict = {}
+"""(id(model), pp, chunk_layers) -> (model, chunk kinds per stage, signatures, kind counts per
+stage): the plans of a
+search share a few pipeline layouts, and walking every layer of each plan's layout again cost
+more than the memory model's arithmetic."""
+
+
+def _layout(model: ModelSpec, plan: ResolvedPlan) -> tuple:
+    """(model, chunk kinds, signatures, kind counts) of the plan's layout: from the plan's memo,
+    else the layout cache (hashing the split's layer tuples once per plan)."""
+    memo = plan_memo(model, plan)
+    hit = memo.get("layout")
+    if hit is not None:
+        return hit
+    key = (id(model), plan.pp, plan.chunk_layers)
+    hit = _LAYOUTS.get(key)
+    if hit is None or hit[0] is not model:
+        if len(_LAYOUTS) > 1024:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[key] = (model, *_stage_kinds(model, plan.pp, plan.chunk_layers))
+    memo["layout"] = hit
+    return hit
+
+
+def _stage_kinds(model: ModelSpec, pp: int, chunk_layers: tuple) -> tuple[tuple, tuple[int, ...], tuple]:
+    """(layer kinds of each chunk of each stage, each stage's signature, each stage's kind counts)."""
     kinds = layer_kinds(model)
-    chunks: list[list] = [[] for _ in range(plan.pp)]
-    for c, chunk in enumerate(plan.chunk_layers):
-        chunks[c % plan.pp].append(tuple(kinds[i] for i in chunk))
+    chunks: list[list] = [[] for _ in range(pp)]
+    for c, chunk in enumerate(chunk_layers):
+        chunks[c % pp].append(tuple(kinds[i] for i in chunk))
     first: dict = {}
-    return tuple(first.setdefault((tuple(cs), s == 0, s == plan.pp - 1), s)
-                 for s, cs in enumerate(chunks))
+    signatures = tuple(first.setdefault((tuple(cs), s == 0, s == pp - 1), s)
+                       for s, cs in enumerate(chunks))
+    counted = tuple(tuple(Counter(k for chunk in cs for k in chunk).items()) for cs in chunks)
+    return tuple(tuple(cs) for cs in chunks), signatures, counted
 
 
 def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
@@ -137,8 +192,7 @@ def stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParam
 
 def _stage_params(model: ModelSpec, plan: ResolvedPlan, stage: int) -> StageParams:
     dense = expert = unit = 0.0
-    chunks = stage_chunk_kinds(model, plan, stage)
-    for kind, n in Counter(k for chunk in chunks for k in chunk).items():  # equal layers split alike
+    for kind, n in stage_kind_counts(model, plan, stage):  # equal layers split alike
         d, e = layer_split(model, kind, plan)
         dense, expert, unit = dense + n * d, expert + n * e, max(unit, d + e)
     vocab = model.vocab_size * model.hidden_size / plan.tp

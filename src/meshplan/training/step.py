@@ -5,13 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshplan.costs.comm import collective_time, p2p_time
-from meshplan.model.counts import layer_kinds
+from meshplan.model.counts import distinct_kinds
 from meshplan.training import finetune
 from meshplan.training.context import CostContext
 from meshplan.training.layer_time import LayerTime, layer_time
 from meshplan.training.offload import offload_time, swapped_bytes
 from meshplan.training.offload_copies import chunk_offload_exposed, param_store_bytes_per_s
-from meshplan.training.states import layer_split, stage_params, state_bytes, updated_params
+from meshplan.training.states import (
+    layer_split, stage_chunk_kinds, stage_params, state_bytes, updated_params,
+)
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0
 """Adam step traffic: read fp32 master, grad, two moments (16); write master, moments (12);
@@ -57,18 +59,42 @@ def _layer_key(ctx: CostContext) -> tuple:
 def _layer_cache(ctx: CostContext) -> dict:
     """LayerTime of each distinct layer, shared by the plans of a search that differ only in
     pipeline depth, batch count or sharding (the issue #20 per-layer cost cache)."""
+    return _layer_entry(ctx)[2]
+
+
+def _layer_entry(ctx: CostContext) -> tuple:
+    """(model, cluster, LayerTime by layer, LayerTime by kind, chunk sums) of the context's layer
+    key. By kind, a chunk's layers are looked up without hashing a frozen LayerSpec, field by
+    nested field, for every layer of every plan."""
     key = _layer_key(ctx)
     hit = _LAYER_TIMES.get(key)
     if hit is not None and hit[0] is ctx.model and hit[1] is ctx.cluster:
-        return hit[2]
+        return hit
     cache: dict = {}
-    kinds = layer_kinds(ctx.model)
-    for k in sorted(set(kinds)):
-        cache[ctx.model.layers[k]] = layer_time(ctx, ctx.model.layers[k])
+    by_kind: dict = {}
+    for k in distinct_kinds(ctx.model):
+        by_kind[k] = cache[ctx.model.layers[k]] = layer_time(ctx, ctx.model.layers[k])
     if len(_LAYER_TIMES) > 2048:
         _LAYER_TIMES.clear()
-    _LAYER_TIMES[key] = (ctx.model, ctx.cluster, cache)
-    return cache
+    hit = _LAYER_TIMES[key] = (ctx.model, ctx.cluster, cache, by_kind, {})
+    return hit
+
+
+def _chunk_sums(entry: tuple, kinds: tuple[int, ...]) -> tuple:
+    """(forward, backward, weight-grad, TP exposed, EP, CP exposed sums, per-layer forwards,
+    per-layer backwards) of a chunk of layer `kinds` under a `_layer_entry`, added in layer
+    order once per entry and chunk shape: plans sharing layer times (other depths, batch counts,
+    sharding) have the same chunks again."""
+    sums = entry[4]
+    hit = sums.get(kinds)
+    if hit is None:
+        times = [entry[3][k] for k in kinds]
+        hit = sums[kinds] = (
+            sum(t.forward_s for t in times), sum(t.backward_s for t in times),
+            sum(t.weight_grad_s for t in times), sum(t.tp_exposed_s for t in times),
+            sum(t.ep_comm_s for t in times), sum(t.cp_exposed_s for t in times),
+            [t.forward_s for t in times], [t.backward_s for t in times])
+    return hit
 
 
 LOSS_BYTES_PER_LOGIT = (30, 14)
@@ -140,31 +166,27 @@ def _fsdp_exposed(ctx: CostContext, layers: list, forward: float,
 def chunk_times(ctx: CostContext) -> list[ChunkTime]:
     """Times of every pipeline chunk (index c runs on stage c % pp); chunks with the same layer
     kinds in the same place (first, middle, last) are costed once."""
-    cache = _layer_cache(ctx)
-    kinds = layer_kinds(ctx.model)
-    chunks = ctx.plan.chunk_layers
+    entry = _layer_entry(ctx)
+    pp, chunks = ctx.plan.pp, ctx.plan.chunk_layers
     done: dict[tuple, ChunkTime] = {}
     out = []
     for c, chunk in enumerate(chunks):
-        key = (tuple(kinds[i] for i in chunk), c == 0, c == len(chunks) - 1)
+        kinds = stage_chunk_kinds(ctx.model, ctx.plan, c % pp)[c // pp]
+        key = (kinds, c == 0, c == len(chunks) - 1)
         if key not in done:
-            done[key] = _chunk_time(ctx, chunk, cache, *key[1:])
+            done[key] = _chunk_time(ctx, chunk, _chunk_sums(entry, kinds), *key[1:])
         out.append(done[key])
     return out
 
 
-def _chunk_time(ctx: CostContext, chunk: tuple[int, ...], cache: dict, first: bool,
+def _chunk_time(ctx: CostContext, chunk: tuple[int, ...], sums: tuple, first: bool,
                 last: bool) -> ChunkTime:
-    times: list[LayerTime] = [cache[ctx.model.layers[i]] for i in chunk]
-    f = sum(t.forward_s for t in times)
-    b = sum(t.backward_s for t in times)
+    """One chunk's ChunkTime from its layers' summed times (`_chunk_sums`)."""
+    f, b, weight_grad, tp, ep, cp, forwards, backwards = sums
     ef, eb = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
     fsdp_f, fsdp_b = _fsdp_exposed(ctx, list(chunk), f + ef, b + eb)
-    off_f, off_b = chunk_offload_exposed(ctx, chunk, [t.forward_s for t in times],
-                                         [t.backward_s for t in times])
-    return ChunkTime(f + ef + fsdp_f + off_f, b + eb + fsdp_b + off_b,
-                     sum(t.weight_grad_s for t in times), sum(t.tp_exposed_s for t in times),
-                     sum(t.ep_comm_s for t in times), sum(t.cp_exposed_s for t in times),
+    off_f, off_b = chunk_offload_exposed(ctx, chunk, forwards, backwards)
+    return ChunkTime(f + ef + fsdp_f + off_f, b + eb + fsdp_b + off_b, weight_grad, tp, ep, cp,
                      fsdp_f + fsdp_b, off_f + off_b)
 
 
