@@ -98,11 +98,14 @@ def render_serving_accuracy(acc: dict) -> str:
 
 
 def render_plan_search_speed(d: dict) -> str:
-    """One sentence: in-process and CLI time of the benchmark search."""
-    return (f"Speed (`python benchmarks/plan_search_speed.py`): {d['case']}: {d['in_process_s']:.2f} s "
-            f"in-process ({d['candidates']:,} candidates, {d['evaluated']:,} costed, "
-            f"{d['rejected_memory']:,} of them out of memory; about {d['candidates_per_s']:,.0f} "
-            f"candidates/s), {d['cli_s']:.2f} s for the command line with start-up.\n")
+    """One sentence per case: median in-process time of the search; the CLI's wall time."""
+    parts = [f"{name}: median {c['median_s']:.2f} s in-process (fastest {c['min_s']:.2f} s; "
+             f"{c['candidates']:,} candidates, {c['evaluated']:,} costed, {c['rejected_memory']:,} of "
+             f"them out of memory; about {c['candidates_per_s']:,.0f} candidates/s)"
+             for name, c in d["cases"].items()]
+    return (f"Speed (`python benchmarks/plan_search_speed.py`, each search in a fresh process, median of "
+            f"{d['runs']}): " + "; ".join(parts) + f". The command line takes {d['cli_s']:.2f} s with "
+            f"start-up for the first case.\n")
 
 
 def render_plan_sanity(d: dict) -> str:
