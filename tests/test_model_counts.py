@@ -95,3 +95,23 @@ def test_rope_read_from_either_spelling(llama_8b_config, key):
     m = from_config(cfg)
     assert m.rope_theta == 500000.0
     assert m.rope_scaling["rope_type"] == "llama3"
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "gemma-2-9b", "deepseek-v3", "mixtral-8x7b"])
+def test_per_layer_sums_grouped_by_distinct_layer_are_exact(name):
+    """total_params and matmul FLOPs count each distinct layer once times its repeats; the
+    forward FLOPs are memoised per model object. All equal the layer-by-layer sums."""
+    from meshplan.model import counts, load_model
+
+    model = load_model(name)
+    h = model.hidden_size
+    assert counts.total_params(model) == (
+        sum(counts.layer_params(layer, model).total for layer in model.layers)
+        + counts.embedding_params(model) + counts.lm_head_params(model) + counts.final_norm_params(model))
+    per_layer = sum(counts.layer_matmul_params_per_token(layer, h) for layer in model.layers)
+    assert counts.matmul_flops_per_token(model) == 2 * (per_layer + model.vocab_size * h)
+    attn = sum(counts.attention_flops_per_token(layer.attention, 4096, True) for layer in model.layers)
+    first = counts.forward_flops_per_token(model, 4096)
+    assert first == counts.matmul_flops_per_token(model) + attn
+    assert counts.forward_flops_per_token(model, 4096) == first
+    assert counts.forward_flops_per_token(model, 8192) != first

@@ -277,16 +277,30 @@ def attention_flops_per_token(attn: AttentionSpec, seq_len: int, causal: bool) -
 def matmul_flops_per_token(model: ModelSpec) -> int:
     """Forward matmul FLOPs per token outside attention scores: layers and LM head."""
     h = model.hidden_size
-    weights = sum(layer_matmul_params_per_token(layer, h) for layer in model.layers)
+    repeats = Counter(layer_kinds(model))  # integers: grouping by distinct layer is exact
+    weights = sum(n * layer_matmul_params_per_token(model.layers[k], h) for k, n in repeats.items())
     return 2 * (weights + model.vocab_size * h)
+
+
+_FORWARD: dict[tuple[int, int, bool], tuple[ModelSpec, float]] = {}
+"""forward_flops_per_token by model identity: every estimate asks it, and its float sum over the
+layers is kept in layer order (the same bits as ever) rather than regrouped."""
 
 
 def forward_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True) -> float:
     """Forward FLOPs per token for sequences of `seq_len` tokens (matmuls + attention)."""
     if seq_len < 1:
         raise ConfigError(f"seq_len must be a positive integer, got {seq_len}")
+    key = (id(model), seq_len, causal)
+    hit = _FORWARD.get(key)
+    if hit is not None and hit[0] is model:
+        return hit[1]
     attn = sum(attention_flops_per_token(layer.attention, seq_len, causal) for layer in model.layers)
-    return matmul_flops_per_token(model) + attn
+    value = matmul_flops_per_token(model) + attn
+    if len(_FORWARD) > 1024:
+        _FORWARD.clear()
+    _FORWARD[key] = (model, value)
+    return value
 
 
 # ---------------------------------------------------------------- KV cache
