@@ -51,10 +51,11 @@ def serve_plan_page(result: SearchResult, why: str, title: str, command: str, in
     sections = [Section(title="Why the winner wins", text=why or "no plan meets the SLOs")]
     if result.ranked:
         sections += [Section(title="Capacity of each plan", figure=fc.plan_capacity_figure(result)),
-                     Section(title="Latency at the target rate and at capacity",
+                     Section(title="Latency against request rate",
                              figure=fc.plan_curves_figure(result),
                              text="Circles: the verifying simulation at the target rate; crosses: "
-                                  "the highest rate meeting every SLO.")]
+                                  "the highest rate meeting every SLO; open circles: the other rates "
+                                  "the capacity search simulated.")]
     return Report(title=title, command=command, inputs=inputs, headline=headline, sections=sections)
 
 
