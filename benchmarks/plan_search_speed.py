@@ -9,17 +9,14 @@ block that quotes it. Run: python benchmarks/plan_search_speed.py"""
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
-import time
 
 import readme_blocks  # benchmarks/readme_blocks.py
+from startup_speed import ENV, wall  # benchmarks/startup_speed.py: bytecode on, warm-up run
 
 RUNS = 5
-ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-"""An installed package runs from compiled bytecode (see startup_speed.py)."""
 CASES = {
     "llama-3.1-405b on 16,384 H100, seq 8192, batch 2048": ("llama-3.1-405b", 16384, 8192, 2048),
     "DeepSeek-V3 on 2,048 H100, seq 4096, batch 8192 (full tp/pp/vpp/cp/ep/etp space)":
@@ -55,16 +52,10 @@ def case(model: str, gpus: int, seq: int, batch: int) -> dict:
 
 
 def cli_wall() -> float:
-    argv = [sys.executable, "-m", "meshplan", "train", "plan", "--model", "llama-3.1-405b", "--gpu",
-            "h100-sxm-80gb", "--num-gpus", "16384", "--seq-len", "8192", "--global-batch-size", "2048",
-            "--json"]
-    subprocess.run(argv, check=True, capture_output=True, env=ENV)  # bytecode written
-    walls = []
-    for _ in range(RUNS):
-        start = time.perf_counter()
-        subprocess.run(argv, check=True, capture_output=True, env=ENV)
-        walls.append(time.perf_counter() - start)
-    return statistics.median(walls)
+    """Median wall seconds of the 405B search from the command line, start-up included."""
+    return wall([sys.executable, "-m", "meshplan", "train", "plan", "--model", "llama-3.1-405b", "--gpu",
+                 "h100-sxm-80gb", "--num-gpus", "16384", "--seq-len", "8192", "--global-batch-size",
+                 "2048", "--json"], RUNS)
 
 
 def main() -> None:

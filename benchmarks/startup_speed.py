@@ -30,12 +30,12 @@ CASES = {
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
-def wall(argv: list[str]) -> float:
-    """Median wall seconds of RUNS fresh processes (one warm-up run first: disk cache and
+def wall(argv: list[str], repeats: int = RUNS) -> float:
+    """Median wall seconds of `repeats` fresh processes (one warm-up run first: disk cache and
     bytecode written)."""
     subprocess.run(argv, check=True, capture_output=True, env=ENV)
     runs = []
-    for _ in range(RUNS):
+    for _ in range(repeats):
         start = time.perf_counter()
         subprocess.run(argv, check=True, capture_output=True, env=ENV)
         runs.append(time.perf_counter() - start)

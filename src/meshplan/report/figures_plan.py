@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from meshplan.report.viz import graph_objects
+from meshplan.training.economics import economics
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.search import SearchResult, why_better
 
@@ -48,7 +49,10 @@ def candidate_axis(results: Mapping[int, SearchResult],
     else (one size, every plan on the same GPUs) its peak memory per GPU, which is what
     recompute, micro-batch and sharding trade against speed."""
     if price_per_gpu_hour is not None:
-        return "USD per million tokens", lambda n, est: price_per_gpu_hour / 3600 / est.tokens_per_s_per_gpu * 1e6
+        def usd_per_mtok(n: int, est: StepEstimate) -> float:
+            money = economics(est.tokens_per_s_per_gpu, est.step_time_s, n, price_per_gpu_hour, None)
+            return money["usd_per_million_tokens"]
+        return "USD per million tokens", usd_per_mtok
     if len(results) > 1:
         return "GPUs", lambda n, est: n
     return "peak memory per GPU (GiB)", lambda n, est: est.memory.peak_stage.allocator_bytes / GIB
