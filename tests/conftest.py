@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+
+# Parsed packaged YAML (meshplan.yamlread's cache) goes to a folder of this test run, not the
+# user's ~/.cache; subprocesses the tests start inherit it.
+os.environ.setdefault("MESHPLAN_CACHE_DIR", tempfile.mkdtemp(prefix="meshplan-test-cache-"))
 
 
 @pytest.fixture

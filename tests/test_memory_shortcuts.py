@@ -6,8 +6,8 @@
   one of the same signature never change the verdict `estimate_memory(...).fits` gives, including
   plans with activation offload, interleaving and uneven splits;
 - the cached pipeline layout (chunk kinds, stage signatures) is what walking the layers gives;
-- memos shared by plans that differ only in fields they do not read give what a fresh
-  computation of each plan gives.
+- memos shared by plans that differ only in fields they do not read (stage memory, the
+  data-parallel traffic and optimizer step) give what a fresh computation of each plan gives.
 """
 
 from __future__ import annotations
@@ -128,6 +128,33 @@ def test_memos_shared_across_plans_match_a_fresh_computation(case):
         warm = [stage_memory(model, plan, s) for s in range(plan.pp)]
         assert warm == _fresh(lambda: [stage_memory(model, plan, s) for s in range(plan.pp)])
         assert context._groups(plan, cluster) == plan_groups(plan, cluster)
+
+
+@pytest.mark.parametrize("case", SHARED_CASES, ids=[f"{c[0]}-{c[4]}" for c in SHARED_CASES])
+def test_shared_dp_and_optimizer_times_match_a_fresh_computation(case):
+    """The data-parallel traffic and optimizer step, shared by plans equal but for their batch
+    split and recompute (`step.NOT_DP_FIELDS`), are each plan's own; optimizer offload, whose
+    copies hide behind the backward, is included (ZeRO-Offload plans of the deepspeed case)."""
+    from meshplan.training.estimate import _dp_and_optimizer
+    from meshplan.training.step import chunk_times
+
+    name, gpus, seq, batch, framework = case
+    model, cluster = load_model(name), Cluster.build("h100-sxm-80gb", gpus)
+    base = TrainingPlan(seq_len=seq, global_batch_size=batch, framework=framework)
+    plans = [r for offload in (False, True)
+             for r in (_launchable(p, model, cluster) for p in candidates(base, model, cluster, {}, offload))
+             if not isinstance(r, str)]
+
+    def times(plan):
+        ctx = context.cost_context(model, plan, cluster)
+        return _dp_and_optimizer(ctx, chunk_times(ctx))
+
+    for plan in plans:  # warm the shared memo in search order
+        times(plan)
+    sample = random.Random(9).sample(plans, min(150, len(plans)))
+    assert any(p.offload_optimizer for p in plans) or framework != "deepspeed"
+    for plan in sample:
+        assert times(plan) == _fresh(lambda: times(plan))
 
 
 def test_peak_candidates_hold_the_first_peak_of_any_order(monkeypatch):

@@ -117,3 +117,30 @@ def test_chunk_times_from_shared_sums_match_a_fresh_computation():
         warm = step.chunk_times(cost_context(model, plan, cluster))
         step._LAYER_TIMES.clear()
         assert step.chunk_times(cost_context(model, plan, cluster)) == warm
+
+
+@pytest.mark.parametrize("case", [("llama-3.1-405b", 16384, 8192, 2048, "megatron"),
+                                  ("mixtral-8x7b", 64, 4096, 256, "megatron"),
+                                  ("llama-3.1-8b", 24, 4096, 96, "torchtitan"),
+                                  ("llama-3.1-8b", 16, 4096, 64, "deepspeed")])
+def test_batch_splits_the_sweep_refuses_early_are_refused_by_resolve(case):
+    """The sweep's quick batch test (`batch_split_refused`) flags only plans `resolve_plan`
+    refuses, and it flags most of those `resolve_plan` refuses for their batch split."""
+    from meshplan.errors import ConfigError
+    from meshplan.training.search import _batch_refused, candidate_updates
+
+    name, gpus, seq, batch, framework = case
+    model, cluster = load_model(name), Cluster.build("h100-sxm-80gb", gpus, gpus_per_node=8)
+    base = TrainingPlan(seq_len=seq, global_batch_size=batch, framework=framework)
+    flagged = refused = 0
+    for update in candidate_updates(base, model, cluster, {}):
+        try:
+            resolve_plan(base.model_copy(update=update), model, cluster)
+            ok = True
+        except ConfigError as exc:
+            ok = False
+            refused += "micro-batch" in str(exc) or "multiple of" in str(exc)
+        if _batch_refused(base, update, gpus):
+            flagged += 1
+            assert not ok, update
+    assert flagged and flagged >= refused * 0.9

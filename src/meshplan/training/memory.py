@@ -27,6 +27,7 @@ from meshplan.training.states import (
     StageParams,
     plan_memo,
     shared_memo,
+    stage_chunk_kinds,
     stage_kind_counts,
     stage_params,
     stage_signatures,
@@ -183,6 +184,18 @@ CHUNK_BYTES_UNREAD = frozenset({
 what acts on them here (recompute, activation offload, the split into chunks)."""
 
 
+def _chunk_sum(model: ModelSpec, plan: ResolvedPlan, chunk: tuple[int, ...], kinds: tuple[int, ...],
+               on_gpu: bool) -> float:
+    """`chunk_activation_bytes` of `chunk`, whose layers are of `kinds`: the sum depends on the
+    layer kinds alone, so chunks of one shape (most chunks of a split) are added up once per plan."""
+    memo = plan_memo(model, plan)
+    key = ("chunk_sum", kinds, on_gpu)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = chunk_activation_bytes(model, plan, chunk, on_gpu)
+    return hit
+
+
 def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int,
                  on_gpu: bool = True) -> tuple[list[float], float]:
     """(stored bytes of each of the stage's chunks for one micro-batch, the backward working set
@@ -197,7 +210,8 @@ def _chunk_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int,
     if key not in memo:
         chunks = plan.chunk_layers[stage::plan.pp]  # chunk c runs on stage c % pp
         distinct = (k for k, _ in stage_kind_counts(model, plan, stage))
-        memo[key] = ([chunk_activation_bytes(model, plan, c, on_gpu) for c in chunks],
+        kinds = stage_chunk_kinds(model, plan, stage)
+        memo[key] = ([_chunk_sum(model, plan, c, k, on_gpu) for c, k in zip(chunks, kinds)],
                      max(_layer_bytes(model, plan, k) for k in distinct))
     fast[("chunk_bytes", stage, on_gpu)] = memo[key]
     return memo[key]

@@ -254,6 +254,23 @@ def _chunk_layers(sizes: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(range(s, s + k)) for s, k in zip(starts, sizes))
 
 
+def batch_split_refused(global_batch_size: int | None, micro_batch_size: int | None, dp: int,
+                        pp: int, vpp: int | None, schedule: str | None) -> bool:
+    """True when `resolve_plan` refuses these batch and pipeline fields whatever the others are:
+    the global batch does not split into whole micro-batches over the DP ranks, or the
+    interleaved schedule gets a batch count that is not a multiple of pp (`_resolve_batch`,
+    `_resolve_schedule`). A quick test for a search that enumerates thousands of layouts; False
+    says nothing."""
+    if global_batch_size is None:
+        return False
+    per_step = (micro_batch_size or 1) * dp
+    if global_batch_size % per_step:
+        return True
+    vpp = vpp or 1
+    interleaved = (schedule or ("interleaved" if vpp > 1 else "1f1b")) == "interleaved"
+    return interleaved and pp > 1 and vpp > 1 and (global_batch_size // per_step) % pp != 0
+
+
 def _resolve_batch(plan: TrainingPlan, dp: int, chosen: dict[str, str]) -> tuple[int, int, int]:
     """(micro_batch_size, global_batch_size, num_microbatches)."""
     mbs = plan.micro_batch_size

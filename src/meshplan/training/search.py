@@ -20,7 +20,7 @@ from meshplan.training.capabilities import GENERIC, cached_problems, capability
 from meshplan.training.doclengths import is_fixed
 from meshplan.training.packing import BALANCE
 from meshplan.training.routing import MOE_BALANCE
-from meshplan.training.resolve import resolve_plan
+from meshplan.training.resolve import batch_split_refused, resolve_plan
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -78,6 +78,13 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
                pinned: dict, offload: bool = False) -> Iterator[TrainingPlan]:
     """Every combination of open fields the framework supports (validity checked later); with
     `offload`, only those that use an offload tier of `offload_axes`."""
+    for update in candidate_updates(base, model, cluster, pinned, offload):
+        yield base.model_copy(update=update)
+
+
+def candidate_updates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
+                      pinned: dict, offload: bool = False) -> Iterator[dict]:
+    """The field updates of `candidates`, in its order (each plan is `base` with the update)."""
     cap = capability(base.framework) or GENERIC
     axes = _axes(base, model, cluster, pinned, cap, offload)
     names = list(axes)
@@ -91,12 +98,12 @@ def candidates(base: TrainingPlan, model: ModelSpec, cluster: Cluster,
             fields = {**layout, **rest}
             if not _fields_ok(fields, cap, offload):
                 continue
-            plan = base.model_copy(update={**fields, "dp": None, "pipeline_split": None})
-            yield plan
+            update = {**fields, "dp": None, "pipeline_split": None}
+            yield update
             if cap.partial_recompute and fields["recompute"] == "full":
                 per_chunk = model.num_layers // (fields["pp"] * fields["vpp"])
                 if per_chunk >= 2:  # Megatron's block method: recompute only half of each chunk
-                    yield plan.model_copy(update={"recompute_num_layers": per_chunk // 2})
+                    yield {**update, "recompute_num_layers": per_chunk // 2}
 
 
 def _layout_ok(fields: dict, model: ModelSpec, world: int) -> bool:
@@ -219,10 +226,10 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
     fit (a larger micro-batch whose copies hide); a tier pinned in `pinned` is used in both."""
     start = time.perf_counter()
     sweep = _Sweep()
-    sweep.run(list(candidates(base, model, cluster, pinned)), model, cluster, progress)
+    sweep.run(base, list(candidate_updates(base, model, cluster, pinned)), model, cluster, progress)
     if not sweep.fitting:
-        sweep.run(list(candidates(base, model, cluster, pinned, offload=True)), model, cluster,
-                  progress)
+        sweep.run(base, list(candidate_updates(base, model, cluster, pinned, offload=True)), model,
+                  cluster, progress)
     fitting, too_big = sweep.fitting, sweep.too_big
 
     def key_of(step_s: float, plan) -> float:
@@ -250,13 +257,19 @@ class _Sweep:
     invalid: int = 0
     evaluated: int = 0
 
-    def run(self, plans: list[TrainingPlan], model: ModelSpec, cluster: Cluster,
+    def run(self, base: TrainingPlan, updates: list[dict], model: ModelSpec, cluster: Cluster,
             progress: Callable[[int, int], None] | None) -> None:
-        """Resolve, deduplicate and memory-check `plans`; cost the step parts of those that fit."""
-        for done, plan in enumerate(plans):
+        """Resolve, deduplicate and memory-check the plans `base` with each of `updates` gives;
+        cost the step parts of those that fit. A batch that cannot split over the layout's DP
+        ranks is refused before the plan is built (its message is built for the first few)."""
+        world = cluster.num_gpus
+        for done, update in enumerate(updates):
             if progress is not None and done % 64 == 0:
-                progress(done, len(plans))
-            resolved = _launchable(plan, model, cluster)
+                progress(done, len(updates))
+            if _batch_refused(base, update, world) and len(self.reasons) >= 3:
+                self.invalid += 1
+                continue
+            resolved = _launchable(base.model_copy(update=update), model, cluster)
             if isinstance(resolved, str):
                 self.invalid += 1
                 if len(self.reasons) < 3:
@@ -271,6 +284,15 @@ class _Sweep:
                 self.too_big.append(resolved)
                 continue
             self.fitting.append(step_parts(model, cluster, resolved))
+
+
+def _batch_refused(base: TrainingPlan, update: dict, world: int) -> bool:
+    """`resolve.batch_split_refused` of the plan `base` with `update` would be (search layouts
+    divide the GPUs, with dp left open)."""
+    pp = update["pp"]
+    return batch_split_refused(base.global_batch_size, update["micro_batch_size"],
+                               world // (update["tp"] * pp * update["cp"]), pp, update["vpp"],
+                               update["schedule"])
 
 
 def _best(model: ModelSpec, cluster: Cluster, fitting: list[StepParts],

@@ -12,7 +12,8 @@ from meshplan.training.layer_time import LayerTime, layer_time
 from meshplan.training.offload import offload_time, swapped_bytes
 from meshplan.training.offload_copies import chunk_offload_exposed, param_store_bytes_per_s
 from meshplan.training.states import (
-    layer_split, stage_chunk_kinds, stage_params, state_bytes, updated_params,
+    layer_split, shared_memo, stage_chunk_kinds, stage_params, stage_signatures, state_bytes,
+    updated_params,
 )
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0
@@ -201,23 +202,48 @@ def p2p_seconds(ctx: CostContext) -> float:
 
 def dp_seconds(ctx: CostContext, stage: int, overlap_window: float) -> tuple[float, float]:
     """(total, exposed) data-parallel gradient reduction + parameter gather for one stage."""
+    if ctx.groups.dp.size == 1:
+        return 0.0, 0.0
+    total, tail = dp_total(ctx, stage)
+    if tail:  # FSDP without pipelining: per micro-batch, inside backward; only the last is exposed
+        return total, ctx.k.dp_exposed_floor * total
+    return total, max(total - overlap_window, ctx.k.dp_exposed_floor * total)
+
+
+def dp_total(ctx: CostContext, stage: int) -> tuple[float, bool]:
+    """(seconds of the stage's data-parallel traffic per step, whether it runs per micro-batch
+    inside backward), as `_dp_traffic` gives, once per stage signature and plan fields it reads."""
+    key = ("dp_total", stage_signatures(ctx.model, ctx.plan)[stage], ctx.cluster, ctx.c, ctx.k, ctx.comm)
+    memo = shared_memo(ctx.model, ctx.plan, "dp_and_optimizer", NOT_DP_FIELDS)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _dp_traffic(ctx, stage)
+    return hit
+
+
+NOT_DP_FIELDS = frozenset({
+    "micro_batch_size", "global_batch_size", "num_microbatches", "recompute", "recompute_num_layers",
+    "schedule", "chosen", "warnings"})
+"""Resolved-plan fields the data-parallel traffic and the optimizer step (without optimizer
+offload, whose copies hide behind backward) do not read: they act on the stage's parameters,
+not on its micro-batches. A field missing here is part of the memo's key."""
+
+
+def _dp_traffic(ctx: CostContext, stage: int) -> tuple[float, bool]:
     p = ctx.plan
     group = ctx.groups.dp
     if group.size == 1:
-        return 0.0, 0.0
+        return 0.0, False
     params = finetune.trainable_stage_params(ctx.model, p, stage)
     grad_width = state_bytes(p, ctx.model.hidden_size).gradients
     size = (params.dense + params.expert) * grad_width
     if p.dp_sharding == "none":
-        total = collective_time("all_reduce", size, group, ctx.cluster, ctx.comm)
-    elif p.dp_sharding == "full" and p.pp == 1:  # per micro-batch, inside backward: the tail
-        total = collective_time("reduce_scatter", size, group, ctx.cluster, ctx.comm)
-        return total, ctx.k.dp_exposed_floor * total
-    else:
-        total = collective_time("reduce_scatter", size, group, ctx.cluster, ctx.comm)
-        total += collective_time("all_gather", size / grad_width * 2, group, ctx.cluster, ctx.comm)
-    exposed = max(total - overlap_window, ctx.k.dp_exposed_floor * total)
-    return total, exposed
+        return collective_time("all_reduce", size, group, ctx.cluster, ctx.comm), False
+    total = collective_time("reduce_scatter", size, group, ctx.cluster, ctx.comm)
+    if p.dp_sharding == "full" and p.pp == 1:
+        return total, True
+    total += collective_time("all_gather", size / grad_width * 2, group, ctx.cluster, ctx.comm)
+    return total, False
 
 
 def optimizer_seconds(ctx: CostContext, stage: int, backward_s: float = 0.0) -> float:
@@ -225,13 +251,24 @@ def optimizer_seconds(ctx: CostContext, stage: int, backward_s: float = 0.0) -> 
     offload, the host's CPU-Adam step, the NVMe swap (ZeRO-Infinity) and the PCIe copies around
     it (see `training.offload`), `backward_s` being one micro-batch's backward on this stage."""
     p = ctx.plan
-    local = updated_params(finetune.trainable_stage_params(ctx.model, p, stage), p)
     if p.offload_optimizer:
+        local = updated_params(finetune.trainable_stage_params(ctx.model, p, stage), p)
         per_param = state_bytes(p, ctx.model.hidden_size)
         return offload_time(ctx.cluster, local, p.num_microbatches, backward_s, per_param.gradients,
                             ctx.k.dp_exposed_floor, swapped_bytes=swapped_bytes(per_param),
                             target=p.offload_target, params_offloaded=p.offload_params).total_s
+    key = ("optimizer", stage_signatures(ctx.model, p)[stage], ctx.cluster, ctx.c, ctx.k, ctx.comm)
+    memo = shared_memo(ctx.model, p, "dp_and_optimizer", NOT_DP_FIELDS)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _optimizer_step(ctx, stage)
+    return hit
+
+
+def _optimizer_step(ctx: CostContext, stage: int) -> float:
+    """The on-GPU optimizer step (no optimizer offload)."""
+    local = updated_params(finetune.trainable_stage_params(ctx.model, ctx.plan, stage), ctx.plan)
     step = ctx.memory(local * OPTIMIZER_BYTES_PER_PARAM, kernels=8)
-    if p.offload_params:  # the updated 16-bit shard goes back to its host tier
+    if ctx.plan.offload_params:  # the updated 16-bit shard goes back to its host tier
         step += local * ctx.act_width / param_store_bytes_per_s(ctx)
     return step
