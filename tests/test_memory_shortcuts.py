@@ -166,11 +166,11 @@ def test_peak_candidates_hold_the_first_peak_of_any_order(monkeypatch):
         codes = [rng.choice([0, 1, 2]) + 3 * rng.randrange(vpp) for _ in range(rng.randint(1, 12))]
         key = (f"random-{n}", 1, vpp, 1, 0)
         monkeypatch.setattr(peak_walk, "cached_orders", lambda *a: (tuple(codes),))
-        for fn in (peak_walk.alive_counts, peak_walk.peak_candidates, peak_walk._largest_counts, peak_walk._walk):
+        for fn in (peak_walk.alive_counts, peak_walk._order_walk, peak_walk._walk):
             fn.cache_clear()
         chunk_bytes = [float(rng.randrange(0, 100)) for _ in range(vpp)]
         head = rng.choice([0.0, 7.0])
         expected = peak_walk._numpy_peak(peak_walk.alive_counts(*key), chunk_bytes, head)
         assert peak_walk.walk_peak(key, chunk_bytes, head) == expected
-    for fn in (peak_walk.alive_counts, peak_walk.peak_candidates, peak_walk._largest_counts, peak_walk._walk):
+    for fn in (peak_walk.alive_counts, peak_walk._order_walk, peak_walk._walk):
         fn.cache_clear()

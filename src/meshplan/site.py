@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from meshplan.errors import ConfigError
 
@@ -152,6 +151,12 @@ def save_site(document: dict, out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text("# meshplan site profile (meshplan calibrate --site); multipliers on predicted "
-                   "times, 1 = the packaged model\n" + yaml.safe_dump(document, sort_keys=False))
+                   "times, 1 = the packaged model\n" + _dump(document))
     tmp.replace(out)
     return out
+
+
+def _dump(document: dict) -> str:
+    import yaml  # only when a profile is written: not on every start-up
+
+    return yaml.safe_dump(document, sort_keys=False)

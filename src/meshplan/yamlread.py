@@ -14,19 +14,24 @@ from __future__ import annotations
 
 import json
 import os
+from functools import cache
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 try:  # the same hash as hashlib's, without importing OpenSSL's bindings (~40 ms on a cold start)
     from _blake2 import blake2b
 except ImportError:  # pragma: no cover - CPython always builds _blake2
     from hashlib import blake2b
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_OPENERS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
-_CLOSERS = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+@cache
+def _yaml():
+    """(PyYAML, its fastest safe loader): imported only when a document is parsed (about 25 ms,
+    which a start-up reading only cached data does not pay)."""
+    import yaml
+
+    return yaml, getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 MAX_DEPTH = 100
 """Deepest nesting of lists and mappings read from a user's file (real configs and records nest
@@ -46,7 +51,8 @@ def load_packaged(text: str) -> Any:
             return json.loads(path.read_bytes())
         except (OSError, ValueError):
             pass  # not cached yet, or damaged: parse and (re)write
-    data = yaml.load(text, Loader=_LOADER)
+    yaml, loader = _yaml()
+    data = yaml.load(text, Loader=loader)
     if path is not None:
         _store(path, data)
     return data
@@ -87,13 +93,16 @@ def _store(path: Path, data: Any) -> None:
 def nests_deeper_than(text: str, limit: int) -> bool:
     """True when some list or mapping in `text` sits more than `limit` levels deep (stops at the
     first such level, so an absurd document costs no more than a sane one)."""
+    yaml, loader = _yaml()
+    openers = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+    closers = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
     depth = 0
-    for event in yaml.parse(text, Loader=_LOADER):
-        if isinstance(event, _OPENERS):
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, openers):
             depth += 1
             if depth > limit:
                 return True
-        elif isinstance(event, _CLOSERS):
+        elif isinstance(event, closers):
             depth -= 1
     return False
 
@@ -103,4 +112,5 @@ def load_user(text: str) -> Any:
     syntax."""
     if nests_deeper_than(text, MAX_DEPTH):
         raise TooDeep(f"nested more than {MAX_DEPTH} levels deep")
-    return yaml.load(text, Loader=_LOADER)
+    yaml, loader = _yaml()
+    return yaml.load(text, Loader=loader)

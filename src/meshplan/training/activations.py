@@ -16,6 +16,7 @@ from typing import Literal
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.training.plan import QUANTIZED
 from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.states import fields_but
 
 Split = Literal["sp", "tp", "none", "routed", "routed_etp"]
 
@@ -167,7 +168,7 @@ _BYTES_CACHE: dict = {}
 
 
 def _activation_key(plan: ResolvedPlan) -> tuple:
-    return tuple(getattr(plan, f) for f in plan.__dataclass_fields__ if f not in NOT_ACTIVATION_FIELDS)
+    return fields_but(type(plan), NOT_ACTIVATION_FIELDS)(plan)
 
 
 def layer_activation_bytes(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan,

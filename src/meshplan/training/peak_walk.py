@@ -34,21 +34,31 @@ def alive_counts(schedule: str, pp: int, vpp: int, m: int, stage: int) -> tuple[
     return tuple(rows) if rows else ((0,) * vpp,)
 
 
-@lru_cache(maxsize=256)
 def peak_candidates(schedule: str, pp: int, vpp: int, m: int, stage: int) -> tuple[tuple[int, ...], ...]:
     """The rows of `alive_counts` that can be the (first) peak, in order: the first row and those
     after a forward, each the first time it occurs. A row after a backward is no larger in any chunk than the row
     before it, and a repeat equals its first occurrence; for non-negative chunk sizes either holds
     no more bytes than an earlier row, so the first peak is never one of them."""
+    return _order_walk(schedule, pp, vpp, m, stage)[0]
+
+
+@lru_cache(maxsize=256)
+def _order_walk(schedule: str, pp: int, vpp: int, m: int, stage: int) -> tuple[tuple, tuple[int, ...]]:
+    """(`peak_candidates`, `_largest_counts`) from one walk of the stage's op order (op codes
+    decoded inline: this loop runs once per schedule shape, over every op)."""
     kept: dict[tuple[int, ...], None] = {}
-    now = [0] * vpp
+    now, top = [0] * vpp, [0] * vpp
+    nv = pp * vpp
     for code in cached_orders(schedule, pp, vpp, m)[stage]:
-        kind, _, virtual = decode(code, pp * vpp)
-        if kind != W:
-            now[virtual // pp] += 1 if kind == F else -1
-            if kind == F or not kept:  # the first row has no row before it
-                kept.setdefault(tuple(now))
-    return tuple(kept) or ((0,) * vpp,)
+        kind = code % 3
+        if kind == W:
+            continue
+        c = (code // 3) % nv // pp  # the op's chunk on this stage (see pipeline_orders.decode)
+        now[c] += 1 if kind == F else -1
+        top[c] = max(top[c], abs(now[c]))
+        if kind == F or not kept:  # the first row has no row before it
+            kept.setdefault(tuple(now))
+    return tuple(kept) or ((0,) * vpp,), tuple(top)
 
 
 def walk_peak(key: tuple[str, int, int, int, int], chunk_bytes: list[float],
@@ -90,18 +100,10 @@ def _exact(key: tuple[str, int, int, int, int], chunk_bytes: list[float]) -> boo
     return sum(c * abs(w) for c, w in zip(_largest_counts(*key), chunk_bytes)) < EXACT_LIMIT
 
 
-@lru_cache(maxsize=256)
 def _largest_counts(schedule: str, pp: int, vpp: int, m: int, stage: int) -> tuple[int, ...]:
     """The largest magnitude each column of `alive_counts` takes (walking the order without
     building its rows)."""
-    now, top = [0] * vpp, [0] * vpp
-    for code in cached_orders(schedule, pp, vpp, m)[stage]:
-        kind, _, virtual = decode(code, pp * vpp)
-        if kind != W:
-            c = virtual // pp
-            now[c] += 1 if kind == F else -1
-            top[c] = max(top[c], abs(now[c]))
-    return tuple(top)
+    return _order_walk(schedule, pp, vpp, m, stage)[1]
 
 
 def _numpy_peak(alive: tuple[tuple[int, ...], ...], chunk_bytes: list[float],

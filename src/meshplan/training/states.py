@@ -111,7 +111,7 @@ def shared_memo(model: ModelSpec, plan: ResolvedPlan, name: str, unread: frozens
     memo = plan_memo(model, plan)
     hit = memo.get(("shared", name))
     if hit is None:
-        key = (name, id(model), _fields_but(type(plan), unread)(plan))
+        key = (name, id(model), fields_but(type(plan), unread)(plan))
         entry = _SHARED.get(key)
         if entry is None or entry[0] is not model:
             if len(_SHARED) > 4096:
@@ -122,7 +122,9 @@ def shared_memo(model: ModelSpec, plan: ResolvedPlan, name: str, unread: frozens
 
 
 @lru_cache(maxsize=32)
-def _fields_but(cls: type, unread: frozenset[str]) -> attrgetter:
+def fields_but(cls: type, unread: frozenset[str]) -> attrgetter:
+    """A getter of the tuple of `cls`'s dataclass fields not in `unread`, in declaration order
+    (a memo key; much faster than reading the fields one by one)."""
     return attrgetter(*(f for f in cls.__dataclass_fields__ if f not in unread))
 
 
@@ -132,6 +134,11 @@ def stage_signatures(model: ModelSpec, plan: ResolvedPlan) -> tuple[int, ...]:
     the same parameters and run the same work per micro-batch, so the memory and time models
     cost each signature once per plan."""
     return _layout(model, plan)[2]
+
+
+def chunk_kinds(model: ModelSpec, plan: ResolvedPlan) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Per stage, `stage_chunk_kinds` (one look-up for a loop over every chunk)."""
+    return _layout(model, plan)[1]
 
 
 def stage_chunk_kinds(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[tuple[int, ...], ...]:

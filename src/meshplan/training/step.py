@@ -12,8 +12,7 @@ from meshplan.training.layer_time import LayerTime, layer_time
 from meshplan.training.offload import offload_time, swapped_bytes
 from meshplan.training.offload_copies import chunk_offload_exposed, param_store_bytes_per_s
 from meshplan.training.states import (
-    layer_split, shared_memo, stage_chunk_kinds, stage_params, stage_signatures, state_bytes,
-    updated_params,
+    chunk_kinds, fields_but, layer_split, shared_memo, stage_params, stage_signatures, state_bytes, updated_params,
 )
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0
@@ -50,7 +49,7 @@ _LAYER_TIMES: dict = {}
 
 def _layer_key(ctx: CostContext) -> tuple:
     p, g = ctx.plan, ctx.groups
-    fields = tuple(getattr(p, f) for f in p.__dataclass_fields__ if f not in NOT_LAYER_FIELDS)
+    fields = fields_but(type(p), NOT_LAYER_FIELDS)(p)
     return (id(ctx.model), id(ctx.cluster), ctx.c, ctx.comm, ctx.k, ctx.clock, ctx.tokens,
             ctx.act_width, ctx.gemm_dtype, ctx.full_recompute_share, ctx.kernel_profile,
             ctx.attention_load,
@@ -169,10 +168,11 @@ def chunk_times(ctx: CostContext) -> list[ChunkTime]:
     kinds in the same place (first, middle, last) are costed once."""
     entry = _layer_entry(ctx)
     pp, chunks = ctx.plan.pp, ctx.plan.chunk_layers
+    by_stage = chunk_kinds(ctx.model, ctx.plan)
     done: dict[tuple, ChunkTime] = {}
     out = []
     for c, chunk in enumerate(chunks):
-        kinds = stage_chunk_kinds(ctx.model, ctx.plan, c % pp)[c // pp]
+        kinds = by_stage[c % pp][c // pp]
         key = (kinds, c == 0, c == len(chunks) - 1)
         if key not in done:
             done[key] = _chunk_time(ctx, chunk, _chunk_sums(entry, kinds), *key[1:])
@@ -213,12 +213,24 @@ def dp_seconds(ctx: CostContext, stage: int, overlap_window: float) -> tuple[flo
 def dp_total(ctx: CostContext, stage: int) -> tuple[float, bool]:
     """(seconds of the stage's data-parallel traffic per step, whether it runs per micro-batch
     inside backward), as `_dp_traffic` gives, once per stage signature and plan fields it reads."""
-    key = ("dp_total", stage_signatures(ctx.model, ctx.plan)[stage], ctx.cluster, ctx.c, ctx.k, ctx.comm)
+    return _stage_costs(ctx, stage)[0]
+
+
+def _stage_costs(ctx: CostContext, stage: int) -> tuple[tuple[float, bool], float | None]:
+    """(`_dp_traffic`, the on-GPU optimizer step or None with optimizer offload) of a stage,
+    once per stage signature, plan fields but NOT_DP_FIELDS, cluster and engine constants. The
+    cluster and constants are keyed by identity (the same objects for every plan of a search;
+    hashing their fields on every look-up cost more than the answer), and kept in the entry so
+    a reused id is never taken for them."""
     memo = shared_memo(ctx.model, ctx.plan, "dp_and_optimizer", NOT_DP_FIELDS)
+    key = (stage_signatures(ctx.model, ctx.plan)[stage], id(ctx.cluster), id(ctx.c), id(ctx.k),
+           id(ctx.comm))
     hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = _dp_traffic(ctx, stage)
-    return hit
+    if hit is None or not (hit[0] is ctx.cluster and hit[1] is ctx.c and hit[2] is ctx.k
+                           and hit[3] is ctx.comm):
+        optimizer = None if ctx.plan.offload_optimizer else _optimizer_step(ctx, stage)
+        hit = memo[key] = (ctx.cluster, ctx.c, ctx.k, ctx.comm, (_dp_traffic(ctx, stage), optimizer))
+    return hit[4]
 
 
 NOT_DP_FIELDS = frozenset({
@@ -257,12 +269,7 @@ def optimizer_seconds(ctx: CostContext, stage: int, backward_s: float = 0.0) -> 
         return offload_time(ctx.cluster, local, p.num_microbatches, backward_s, per_param.gradients,
                             ctx.k.dp_exposed_floor, swapped_bytes=swapped_bytes(per_param),
                             target=p.offload_target, params_offloaded=p.offload_params).total_s
-    key = ("optimizer", stage_signatures(ctx.model, p)[stage], ctx.cluster, ctx.c, ctx.k, ctx.comm)
-    memo = shared_memo(ctx.model, p, "dp_and_optimizer", NOT_DP_FIELDS)
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = _optimizer_step(ctx, stage)
-    return hit
+    return _stage_costs(ctx, stage)[1]
 
 
 def _optimizer_step(ctx: CostContext, stage: int) -> float:
