@@ -144,3 +144,25 @@ def test_batch_splits_the_sweep_refuses_early_are_refused_by_resolve(case):
             flagged += 1
             assert not ok, update
     assert flagged and flagged >= refused * 0.9
+
+
+@pytest.mark.parametrize("framework,method", [("megatron", "full"), ("torchtitan", "full"), ("deepspeed", "full"),
+                                              ("hf", "lora"), ("hf", "qlora")])
+def test_the_sweeps_plain_fields_resolve_as_the_pydantic_plan_does(framework, method):
+    """The sweep hands `resolve_plan` a candidate's fields as plain attributes (`_PlanFields`)
+    instead of a pydantic copy: the resolved plan, or the refusal, is the same."""
+    from meshplan.errors import ConfigError
+    from meshplan.training.search import _PlanFields, candidate_updates
+
+    model, cluster = load_model("mixtral-8x7b"), Cluster.build("h100-sxm-80gb", 16)
+    base = TrainingPlan(seq_len=4096, global_batch_size=64, framework=framework, method=method)
+
+    def resolved(plan):
+        try:
+            return resolve_plan(plan, model, cluster)
+        except ConfigError as exc:
+            return str(exc)
+
+    updates = [u for offload in (False, True) for u in candidate_updates(base, model, cluster, {}, offload)]
+    for update in random.Random(3).sample(updates, min(300, len(updates))):
+        assert resolved(_PlanFields(dict(base), update)) == resolved(base.model_copy(update=update))

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from operator import attrgetter
+from types import SimpleNamespace
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
@@ -263,13 +264,14 @@ class _Sweep:
         cost the step parts of those that fit. A batch that cannot split over the layout's DP
         ranks is refused before the plan is built (its message is built for the first few)."""
         world = cluster.num_gpus
+        fields = dict(base)
         for done, update in enumerate(updates):
             if progress is not None and done % 64 == 0:
                 progress(done, len(updates))
             if _batch_refused(base, update, world) and len(self.reasons) >= 3:
                 self.invalid += 1
                 continue
-            resolved = _launchable(base.model_copy(update=update), model, cluster)
+            resolved = _launchable(_PlanFields(fields, update), model, cluster)
             if isinstance(resolved, str):
                 self.invalid += 1
                 if len(self.reasons) < 3:
@@ -284,6 +286,17 @@ class _Sweep:
                 self.too_big.append(resolved)
                 continue
             self.fitting.append(step_parts(model, cluster, resolved))
+
+
+class _PlanFields(SimpleNamespace):
+    """A candidate's fields as plain attributes (`base` with `update`), which is all
+    `resolve_plan` reads: a validated pydantic copy of the base plan for each of thousands of
+    candidates cost a fifth of a search. Every value comes from the validated base plan or an
+    axis of the search."""
+
+    def __init__(self, base: dict, update: dict) -> None:
+        self.__dict__.update(base)
+        self.__dict__.update(update)
 
 
 def _batch_refused(base: TrainingPlan, update: dict, world: int) -> bool:
