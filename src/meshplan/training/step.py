@@ -63,8 +63,8 @@ def _layer_cache(ctx: CostContext) -> dict:
 
 
 def _layer_entry(ctx: CostContext) -> tuple:
-    """(model, cluster, LayerTime by layer, LayerTime by kind, chunk sums) of the context's layer
-    key. By kind, a chunk's layers are looked up without hashing a frozen LayerSpec, field by
+    """(model, cluster, LayerTime by layer, LayerTime by kind, chunk sums, embedding and head
+    times) of the context's layer key. By kind, a chunk's layers are looked up without hashing a frozen LayerSpec, field by
     nested field, for every layer of every plan."""
     key = _layer_key(ctx)
     hit = _LAYER_TIMES.get(key)
@@ -76,7 +76,7 @@ def _layer_entry(ctx: CostContext) -> tuple:
         by_kind[k] = cache[ctx.model.layers[k]] = layer_time(ctx, ctx.model.layers[k])
     if len(_LAYER_TIMES) > 2048:
         _LAYER_TIMES.clear()
-    hit = _LAYER_TIMES[key] = (ctx.model, ctx.cluster, cache, by_kind, {})
+    hit = _LAYER_TIMES[key] = (ctx.model, ctx.cluster, cache, by_kind, {}, {})
     return hit
 
 
@@ -175,16 +175,28 @@ def chunk_times(ctx: CostContext) -> list[ChunkTime]:
         kinds = by_stage[c % pp][c // pp]
         key = (kinds, c == 0, c == len(chunks) - 1)
         if key not in done:
-            done[key] = _chunk_time(ctx, chunk, _chunk_sums(entry, kinds), *key[1:])
+            done[key] = _chunk_time(ctx, chunk, _chunk_sums(entry, kinds), _ends(ctx, entry, *key[1:]))
         out.append(done[key])
     return out
 
 
-def _chunk_time(ctx: CostContext, chunk: tuple[int, ...], sums: tuple, first: bool,
-                last: bool) -> ChunkTime:
-    """One chunk's ChunkTime from its layers' summed times (`_chunk_sums`)."""
+def _ends(ctx: CostContext, entry: tuple, first: bool, last: bool) -> tuple[float, float]:
+    """`_embedding_and_head` of the first chunk, the last, both (one chunk) or neither: it reads
+    nothing outside the layer key but which end the chunk is, so plans sharing layer times
+    share it."""
+    heads = entry[5]
+    hit = heads.get((first, last))
+    if hit is None:
+        hit = heads[first, last] = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
+    return hit
+
+
+def _chunk_time(ctx: CostContext, chunk: tuple[int, ...], sums: tuple,
+                ends: tuple[float, float]) -> ChunkTime:
+    """One chunk's ChunkTime from its layers' summed times (`_chunk_sums`) and its embedding and
+    LM head times (`_ends`)."""
     f, b, weight_grad, tp, ep, cp, forwards, backwards = sums
-    ef, eb = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
+    ef, eb = ends
     fsdp_f, fsdp_b = _fsdp_exposed(ctx, list(chunk), f + ef, b + eb)
     off_f, off_b = chunk_offload_exposed(ctx, chunk, forwards, backwards)
     return ChunkTime(f + ef + fsdp_f + off_f, b + eb + fsdp_b + off_b, weight_grad, tp, ep, cp,
