@@ -12,15 +12,46 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from meshplan.errors import ConfigError, DoesNotFitError, MeshplanError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-console = Console()
-err_console = Console(stderr=True)
+
+class LazyConsole:
+    """A rich Console made on first use: importing rich's console and markup costs ~50 ms,
+    which a command printing only JSON never needs. Attribute access goes to the console."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console = None
+
+    def real(self):
+        """The rich Console itself (made now if not yet)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real(), name)
+
+
+def real_console(c: Any) -> Any:
+    """`c` as a rich Console (a LazyConsole made real; a Console as it is)."""
+    return c.real() if isinstance(c, LazyConsole) else c
+
+
+def escape(text: str) -> str:
+    """rich markup escaping (rich imported only when an error is printed)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+console = LazyConsole()
+err_console = LazyConsole(stderr=True)
 
 
 POSITIVE = frozenset({
@@ -105,7 +136,7 @@ def progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True) as bar:
+    with Progress(*columns, console=real_console(err_console), transient=True) as bar:
         task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
 

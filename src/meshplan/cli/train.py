@@ -9,8 +9,6 @@ from pathlib import Path
 
 import typer
 from pydantic import ValidationError
-from rich import box
-from rich.table import Table
 
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
@@ -169,6 +167,9 @@ def _shown_stages(estimate: MemoryEstimate) -> list[int]:
 
 def render_memory(estimate: MemoryEstimate, title: str) -> None:
     """Print the per-stage table (GiB), the verdict, and what meshplan chose."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(title=f"{title}: memory per GPU (GiB)", box=box.SIMPLE_HEAD,
                   padding=(0, 1, 0, 0), pad_edge=False)
     for name in ("stage", "layers", "mb alive", *(c for c, _ in STAGE_COLUMNS)):
@@ -265,6 +266,9 @@ def estimate(**flags) -> None:
 
 def render_estimate(est, title: str) -> None:
     """Headline numbers, the time breakdown and the memory verdict."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(title=f"{title}: one training step", show_header=False, box=box.SIMPLE_HEAD)
     table.add_column(style="bold")
     table.add_column(justify="right")

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich import box
-from rich.table import Table
 
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
@@ -264,6 +262,9 @@ def _numbered_table(headers: list[str], rows: list[list[str]]) -> None:
     """A side table under the ranking: one numbered row per ranked plan (nothing without columns)."""
     if not headers:
         return
+    from rich import box
+    from rich.table import Table
+
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     for col in ("#", *headers):
         table.add_column(col, justify="right", no_wrap=True)
@@ -280,6 +281,9 @@ MONEY_COLUMNS = (("USD/step", "usd_per_step", "{:,.2f}"), ("USD/Mtok", "usd_per_
 
 def render(result: SearchResult, title: str, cluster, money: list[dict] | None = None) -> None:
     """The ranked table, its cost/time table, why the winner wins, and the search counts."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
     for col in ("#", "tp", "pp", "vpp", "cp/ep", "zero", "mbs", "recompute", "tok/s/GPU", "MFU",
                 "step s", "GiB used"):
