@@ -1,9 +1,10 @@
 """Speed of the training plan search (the speed issue's bounds: llama-3.1-405b on 16,384
 h100-sxm-80gb, seq 8192, global batch 2048: <= 0.2 s in-process and <= 0.8 s for the CLI, >= 10,000
 candidates/s; DeepSeek-V3 on 2,048 H100 with the full tp/pp/vpp/cp/ep/etp space: <= 2 s
-in-process). Each search runs in a fresh process (a second search in one process reuses the
-first one's caches) and the median of RUNS is reported, since single timings on a shared 2-core
-machine swing by a third. Saves benchmarks/results/plan_search_speed.json and rewrites the README
+in-process), each in one process; the DeepSeek-V3 search is also timed split over 2 forked
+workers (`train plan --workers`). Each search runs in a fresh process (a second search in one
+process reuses the first one's caches) and the median of RUNS is reported, since single timings
+on a shared 2-core machine swing by a third. Saves benchmarks/results/plan_search_speed.json and rewrites the README
 block that quotes it. Run: python benchmarks/plan_search_speed.py"""
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from startup_speed import ENV, wall  # benchmarks/startup_speed.py: bytecode on,
 
 RUNS = 5
 CASES = {
-    "llama-3.1-405b on 16,384 H100, seq 8192, batch 2048": ("llama-3.1-405b", 16384, 8192, 2048),
+    "llama-3.1-405b on 16,384 H100, seq 8192, batch 2048": ("llama-3.1-405b", 16384, 8192, 2048, 1),
     "DeepSeek-V3 on 2,048 H100, seq 4096, batch 8192 (full tp/pp/vpp/cp/ep/etp space)":
-        ("deepseek-v3", 2048, 4096, 8192),
+        ("deepseek-v3", 2048, 4096, 8192, 1),
+    "the same DeepSeek-V3 search split over 2 forked workers (`--workers 2`)":
+        ("deepseek-v3", 2048, 4096, 8192, 2),
 }
 SEARCH = """
 import json
@@ -28,20 +31,20 @@ from meshplan import Cluster, load_model
 from meshplan.training import TrainingPlan
 from meshplan.training.search import search
 r = search(load_model({model!r}), Cluster.build("h100-sxm-80gb", {gpus}, gpus_per_node=8),
-           TrainingPlan(seq_len={seq}, global_batch_size={batch}), {{}})
+           TrainingPlan(seq_len={seq}, global_batch_size={batch}), {{}}, workers={workers})
 print(json.dumps({{"seconds": r.seconds, "evaluated": r.evaluated, "rejected_memory": r.rejected_memory,
                   "rejected_invalid": r.rejected_invalid}}))
 """
 
 
-def one_search(model: str, gpus: int, seq: int, batch: int) -> dict:
-    code = SEARCH.format(model=model, gpus=gpus, seq=seq, batch=batch)
+def one_search(model: str, gpus: int, seq: int, batch: int, workers: int) -> dict:
+    code = SEARCH.format(model=model, gpus=gpus, seq=seq, batch=batch, workers=workers)
     done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, env=ENV)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def case(model: str, gpus: int, seq: int, batch: int) -> dict:
-    runs = [one_search(model, gpus, seq, batch) for _ in range(RUNS)]
+def case(model: str, gpus: int, seq: int, batch: int, workers: int) -> dict:
+    runs = [one_search(model, gpus, seq, batch, workers) for _ in range(RUNS)]
     seconds = [r["seconds"] for r in runs]
     first = runs[0]
     candidates = first["evaluated"] + first["rejected_invalid"]

@@ -22,7 +22,8 @@ from meshplan.training import TrainingPlan
 from meshplan.training import context, peak_walk, states
 from meshplan.training.groups import plan_groups
 from meshplan.training.memory import estimate_memory, fits_memory, stage_memory
-from meshplan.training.search import _launchable, candidates
+from meshplan.training.search import candidates
+from meshplan.training.search_sweep import launchable as _launchable
 from meshplan.training.states import stage_chunk_kinds, stage_signatures
 
 

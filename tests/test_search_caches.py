@@ -105,7 +105,7 @@ def test_chunk_times_from_shared_sums_match_a_fresh_computation():
     equal those of each plan costed alone."""
     from meshplan.training import step
     from meshplan.training.context import cost_context
-    from meshplan.training.search import _launchable
+    from meshplan.training.search_sweep import launchable as _launchable
 
     model, cluster = load_model("mixtral-8x7b"), Cluster.build("h100-sxm-80gb", 64)
     base = TrainingPlan(seq_len=4096, global_batch_size=256, framework="megatron")
@@ -127,7 +127,8 @@ def test_batch_splits_the_sweep_refuses_early_are_refused_by_resolve(case):
     """The sweep's quick batch test (`batch_split_refused`) flags only plans `resolve_plan`
     refuses, and it flags most of those `resolve_plan` refuses for their batch split."""
     from meshplan.errors import ConfigError
-    from meshplan.training.search import _batch_refused, candidate_updates
+    from meshplan.training.search import candidate_updates
+    from meshplan.training.search_sweep import batch_refused as _batch_refused
 
     name, gpus, seq, batch, framework = case
     model, cluster = load_model(name), Cluster.build("h100-sxm-80gb", gpus, gpus_per_node=8)
@@ -149,10 +150,11 @@ def test_batch_splits_the_sweep_refuses_early_are_refused_by_resolve(case):
 @pytest.mark.parametrize("framework,method", [("megatron", "full"), ("torchtitan", "full"), ("deepspeed", "full"),
                                               ("hf", "lora"), ("hf", "qlora")])
 def test_the_sweeps_plain_fields_resolve_as_the_pydantic_plan_does(framework, method):
-    """The sweep hands `resolve_plan` a candidate's fields as plain attributes (`_PlanFields`)
+    """The sweep hands `resolve_plan` a candidate's fields as plain attributes (`PlanFields`)
     instead of a pydantic copy: the resolved plan, or the refusal, is the same."""
     from meshplan.errors import ConfigError
-    from meshplan.training.search import _PlanFields, candidate_updates
+    from meshplan.training.search import candidate_updates
+    from meshplan.training.search_sweep import PlanFields as _PlanFields
 
     model, cluster = load_model("mixtral-8x7b"), Cluster.build("h100-sxm-80gb", 16)
     base = TrainingPlan(seq_len=4096, global_batch_size=64, framework=framework, method=method)

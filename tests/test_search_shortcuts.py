@@ -24,7 +24,8 @@ from meshplan.training.estimate import estimate_step, step_parts
 from meshplan.training.layer_time import layer_time
 from meshplan.training.memory import estimate_memory, fits_memory
 from meshplan.training.pipeline_sim import StageTimes, simulate_pipeline, step_lower_bound
-from meshplan.training.search import _identity, _launchable, candidates, score, search
+from meshplan.training.search import candidates, score, search
+from meshplan.training.search_sweep import identity as _identity, launchable as _launchable
 
 
 def _random_stages(rng: random.Random, pp: int, vpp: int, equal: bool) -> list[StageTimes]:

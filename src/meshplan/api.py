@@ -39,7 +39,7 @@ def estimate_training(model: ModelSpec | str, cluster: Cluster, plan: TrainingPl
 def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: TrainingPlan, *,
                           pin: dict | None = None, objective: str = "throughput", top: int = 5,
                           price_per_gpu_hour: float | None = None,
-                          train_tokens: float | None = None, site=None):
+                          train_tokens: float | None = None, site=None, workers: int = 1):
     """Search the parallel layout, as `meshplan train plan` does (a training `SearchResult`:
     `ranked` StepEstimates best first, `scores`, the counts of `evaluated`, `rejected_invalid` and
     `rejected_memory` plans, `seconds`, and the `closest` plans when nothing fits).
@@ -53,6 +53,8 @@ def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: Traini
     `price_per_gpu_hour`) or "time-to-train" (with `train_tokens`).
     top: how many ranked plans to keep.
     site: a site profile (name, file or `SiteProfile`) to apply; None: the packaged model alone.
+    workers: processes sharing a search of many candidates (forked; Linux and macOS), with the
+    same result; 1 keeps it in this process.
     """
     from meshplan.errors import ConfigError
     from meshplan.training.search import search
@@ -61,7 +63,8 @@ def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: Traini
         raise ConfigError(f"objective {objective!r}: use throughput, cost or time-to-train")
     with site_context(site):
         return search(_model(model), cluster, plan, dict(pin or {}), objective=objective, top=top,
-                      price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens)
+                      price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
+                      workers=workers)
 
 
 def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload, request_rate: float,

@@ -18,6 +18,7 @@ from meshplan.training.estimate import StepEstimate
 from meshplan.training.economics import economics
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.search import OBJECTIVE_UNITS, SearchResult, search, why_winner
+from meshplan.training.search_sweep import PARALLEL_FROM, usable_cpus
 
 GIB = 2**30
 ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
@@ -104,6 +105,9 @@ def plan_command(
     train_tokens: float = typer.Option(None, help="Tokens in the run: adds days and GPU-hours to "
                                        "train; needed by --objective time-to-train."),
     top: int = typer.Option(5, help="Plans to show per cluster size."),
+    workers: int = typer.Option(None, "--workers", help="Processes sharing a large search (from "
+                                f"{PARALLEL_FROM:,} candidates; default: the CPUs this process may "
+                                "use). The ranking is the same."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     html: Path = html_option.HTML,
     quiet: bool = QUIET,
@@ -123,7 +127,8 @@ def plan_command(
         cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None, **host)
         with progress(f"searching {n} GPUs", show_progress(quiet, json_out)) as update:
             result, ranked, money = search_size(spec, model, cluster, base, pinned, objective, top,
-                                                price_per_gpu_hour, train_tokens, update)
+                                                price_per_gpu_hour, train_tokens, update,
+                                                workers or usable_cpus())
         entries += ranked
         searches.append(search_dict(result, n))
         results[n] = result
@@ -170,11 +175,12 @@ def search_inputs(objective: str, price: float | None, tokens: float | None, seq
 
 
 def search_size(spec, model: str, cluster, base: TrainingPlan, pinned: dict, objective: str, top: int,
-                price: float | None, tokens: float | None, update=None) -> tuple[SearchResult, list, list]:
+                price: float | None, tokens: float | None, update=None,
+                workers: int = 1) -> tuple[SearchResult, list, list]:
     """Search one cluster size: (the result, its ranked `plan_entry` dicts, their economics)."""
     check_pins(pinned, cluster.num_gpus)
     result = search(spec, cluster, base, pinned, objective=objective, top=top,
-                    price_per_gpu_hour=price, train_tokens=tokens, progress=update)
+                    price_per_gpu_hour=price, train_tokens=tokens, progress=update, workers=workers)
     money = [economics(e.tokens_per_s_per_gpu, e.step_time_s, cluster.num_gpus, price, tokens)
              for e in result.ranked]
     entries = [plan_entry(e, model, cluster, s, m) for e, s, m in zip(result.ranked, result.scores, money)]

@@ -7,21 +7,18 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from operator import attrgetter
-from types import SimpleNamespace
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.training.estimate import StepEstimate, StepParts, estimate_from_parts, step_parts
-from meshplan.training.memory import estimate_memory, fits_memory
+from meshplan.training.estimate import StepEstimate, estimate_from_parts
+from meshplan.training.memory import estimate_memory
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.capabilities import GENERIC, cached_problems, capability
+from meshplan.training.capabilities import GENERIC, capability
 from meshplan.training.doclengths import is_fixed
 from meshplan.training.packing import BALANCE
 from meshplan.training.routing import MOE_BALANCE
-from meshplan.training.resolve import batch_split_refused, resolve_plan
+from meshplan.training.search_sweep import Fit, Task, parts_of, resolve_candidate, sweep
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -165,30 +162,6 @@ def _balance_axes(base: TrainingPlan, model: ModelSpec, pinned: dict) -> dict:
     return axes
 
 
-IGNORED = ("chosen", "warnings")
-
-
-def _identity(plan) -> tuple:
-    """What makes two resolved plans different runs. With one rank per shard group (dp x cp = 1
-    and one expert replica) ZeRO stages shard nothing, so every dp_sharding is the same plan; the
-    candidates come lowest stage first, so the simplest one is kept."""
-    names = _identity_fields(type(plan))
-    values = list(attrgetter(*names)(plan))
-    if plan.shard_group == 1 and plan.expert_dp == 1:
-        values[names.index("dp_sharding")] = None
-    if plan.cp == 1 and plan.balance == "per-doc-cp":
-        values[names.index("balance")] = "none"  # one CP rank: splitting each document changes nothing
-    if plan.ep == 1 and plan.moe_balance == "eplb":
-        values[names.index("moe_balance")] = "none"  # one EP rank holds every expert: replicas change nothing
-    return tuple(values)
-
-
-@lru_cache(maxsize=8)
-def _identity_fields(cls: type) -> tuple[str, ...]:
-    """The fields of `cls` that tell two runs apart (all but IGNORED), in declaration order."""
-    return tuple(f for f in cls.__dataclass_fields__ if f not in IGNORED)
-
-
 OBJECTIVE_UNITS = {"throughput": "-tokens/s/GPU", "cost": "USD per million tokens",
                    "time-to-train": "days"}
 """What `score` measures for each objective (lower is better)."""
@@ -219,96 +192,38 @@ def score_step(step_s: float, plan, objective: str, price_per_gpu_hour: float | 
 def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict, *,
            objective: str = "throughput", top: int = 5, price_per_gpu_hour: float | None = None,
            train_tokens: float | None = None,
-           progress: Callable[[int, int], None] | None = None) -> SearchResult:
+           progress: Callable[[int, int], None] | None = None, workers: int = 1) -> SearchResult:
     """Evaluate every supported plan, keep those that fit, rank them by `objective`;
-    `progress(done, total)` is told how far the enumeration is. Offload tiers beyond the
+    `progress(done, total)` is told how far the enumeration is; a large search is split over
+    `workers` forked processes (`search_sweep`), with the same result. Offload tiers beyond the
     optimizer's (activations, parameters, NVMe) are searched only when nothing fits without
     them, which keeps the search's size; a plan they enable could occasionally win where others
     fit (a larger micro-batch whose copies hide); a tier pinned in `pinned` is used in both."""
     start = time.perf_counter()
-    sweep = _Sweep()
-    sweep.run(base, list(candidate_updates(base, model, cluster, pinned)), model, cluster, progress)
-    if not sweep.fitting:
-        sweep.run(base, list(candidate_updates(base, model, cluster, pinned, offload=True)), model,
-                  cluster, progress)
-    fitting, too_big = sweep.fitting, sweep.too_big
 
     def key_of(step_s: float, plan) -> float:
         return score_step(step_s, plan, objective, price_per_gpu_hour, cluster.num_gpus,
                           train_tokens)
 
-    ranked = _best(model, cluster, fitting, key_of, top)
+    tasks = [Task(base, list(candidate_updates(base, model, cluster, pinned)), model, cluster, key_of)]
+    found = sweep(tasks[0], progress, workers)
+    too_big = [(tasks[0], i) for i in found.too_big]
+    if not found.fitting:
+        tasks.append(Task(base, list(candidate_updates(base, model, cluster, pinned, offload=True)),
+                          model, cluster, key_of))
+        more = sweep(tasks[1], progress, workers)
+        too_big += [(tasks[1], i) for i in more.too_big]
+        found.add(more)
+    ranked = _best(model, cluster, tasks[-1], found.fitting, key_of, top)
     scores = tuple(score(e, objective, price_per_gpu_hour, cluster.num_gpus, train_tokens)
                    for e in ranked)
     closest = () if ranked else _closest(model, cluster, too_big)
-    return SearchResult(ranked, sweep.evaluated, sweep.invalid, len(too_big),
+    return SearchResult(ranked, found.evaluated, found.invalid, len(too_big),
                         time.perf_counter() - start, objective, scores, closest=closest,
-                        invalid_reasons=tuple(sweep.reasons))
+                        invalid_reasons=tuple(found.reasons))
 
 
-@dataclass
-class _Sweep:
-    """Plans resolved, deduplicated and checked for memory so far, with the counts reported."""
-
-    fitting: list[StepParts] = field(default_factory=list)
-    too_big: list = field(default_factory=list)
-    """Resolved plans that do not fit."""
-    reasons: dict[str, None] = field(default_factory=dict)
-    seen: set = field(default_factory=set)
-    invalid: int = 0
-    evaluated: int = 0
-
-    def run(self, base: TrainingPlan, updates: list[dict], model: ModelSpec, cluster: Cluster,
-            progress: Callable[[int, int], None] | None) -> None:
-        """Resolve, deduplicate and memory-check the plans `base` with each of `updates` gives;
-        cost the step parts of those that fit. A batch that cannot split over the layout's DP
-        ranks is refused before the plan is built (its message is built for the first few)."""
-        world = cluster.num_gpus
-        fields = dict(base)
-        for done, update in enumerate(updates):
-            if progress is not None and done % 64 == 0:
-                progress(done, len(updates))
-            if _batch_refused(base, update, world) and len(self.reasons) >= 3:
-                self.invalid += 1
-                continue
-            resolved = _launchable(_PlanFields(fields, update), model, cluster)
-            if isinstance(resolved, str):
-                self.invalid += 1
-                if len(self.reasons) < 3:
-                    self.reasons[resolved] = None
-                continue
-            key = _identity(resolved)
-            if key in self.seen:
-                continue  # the same plan as one already costed (e.g. ZeRO 1/2/3 on one GPU)
-            self.seen.add(key)
-            self.evaluated += 1
-            if not fits_memory(model, cluster, resolved):
-                self.too_big.append(resolved)
-                continue
-            self.fitting.append(step_parts(model, cluster, resolved))
-
-
-class _PlanFields(SimpleNamespace):
-    """A candidate's fields as plain attributes (`base` with `update`), which is all
-    `resolve_plan` reads: a validated pydantic copy of the base plan for each of thousands of
-    candidates cost a fifth of a search. Every value comes from the validated base plan or an
-    axis of the search."""
-
-    def __init__(self, base: dict, update: dict) -> None:
-        self.__dict__.update(base)
-        self.__dict__.update(update)
-
-
-def _batch_refused(base: TrainingPlan, update: dict, world: int) -> bool:
-    """`resolve.batch_split_refused` of the plan `base` with `update` would be (search layouts
-    divide the GPUs, with dp left open)."""
-    pp = update["pp"]
-    return batch_split_refused(base.global_batch_size, update["micro_batch_size"],
-                               world // (update["tp"] * pp * update["cp"]), pp, update["vpp"],
-                               update["schedule"])
-
-
-def _best(model: ModelSpec, cluster: Cluster, fitting: list[StepParts],
+def _best(model: ModelSpec, cluster: Cluster, task: Task, fitting: list[Fit],
           key_of: Callable[[float, object], float], top: int) -> tuple[StepEstimate, ...]:
     """The `top` plans by score, each with its full estimate and memory. A plan whose step-time
     lower bound already scores worse than the top-th plan simulated so far cannot rank, so the
@@ -316,32 +231,21 @@ def _best(model: ModelSpec, cluster: Cluster, fitting: list[StepParts],
     enumeration order, so the ranking is the one costing every plan gives."""
     if top < 1:
         return ()
-    bounds = sorted((key_of(parts.lower_bound_s(), parts.ctx.plan), i)
-                    for i, parts in enumerate(fitting))
+    bounds = sorted((fit.bound, i) for i, fit in enumerate(fitting))
     done: list[tuple[float, int, StepEstimate]] = []
     for bound, i in bounds:
         if len(done) >= top and bound > done[top - 1][0]:
             break
-        est = estimate_from_parts(fitting[i], with_memory=False)
+        est = estimate_from_parts(parts_of(task, fitting[i]), with_memory=False)
         done = sorted([*done, (key_of(est.step_time_s, est.plan), i, est)], key=lambda d: d[:2])
     return tuple(_with_memory(e, estimate_memory(model, cluster, e.plan)) for _, _, e in done[:top])
 
 
 def _closest(model: ModelSpec, cluster: Cluster, too_big: list, n: int = 3) -> tuple:
-    """The `n` plans that miss the GPU's memory by the least (their MemoryEstimates)."""
-    memories = (estimate_memory(model, cluster, plan) for plan in too_big)
+    """The `n` plans that miss the GPU's memory by the least (their MemoryEstimates), from
+    (task, candidate index) pairs."""
+    memories = (estimate_memory(model, cluster, resolve_candidate(task, i)) for task, i in too_big)
     return tuple(sorted(memories, key=lambda m: m.peak_bytes)[:n])
-
-
-def _launchable(plan: TrainingPlan, model: ModelSpec, cluster: Cluster):
-    """The resolved plan, or why it is invalid: a layout that does not divide, or a field the
-    framework could not launch (such a plan is never ranked)."""
-    try:
-        resolved = resolve_plan(plan, model, cluster)
-    except ConfigError as exc:
-        return str(exc)
-    cannot = cached_problems(plan.framework, resolved, model)
-    return cannot[0] if cannot else resolved
 
 
 def _with_memory(est: StepEstimate, memory) -> StepEstimate:
