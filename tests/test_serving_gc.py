@@ -1,6 +1,6 @@
-"""`Simulation.run` pauses the cyclic garbage collector: the simulator must make no reference
-cycles (or a long run would keep its garbage until the end), and the collector's state is
-restored whatever happens."""
+"""`Simulation.run` and the training plan search pause the cyclic garbage collector
+(`meshplan.gcpause`): the simulator must make no reference cycles (or a long run would keep its
+garbage until the end), and the collector's state is restored whatever happens."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 import meshplan
 from meshplan.serving.plan import Disaggregation, ServingPlan
-from meshplan.serving.simulate import cyclic_gc_paused, simulate
+from meshplan.gcpause import cyclic_gc_paused
+from meshplan.serving.simulate import simulate
 from meshplan.serving.workload import WorkloadSpec, synthesize
 
 PLANS = {
@@ -49,3 +50,15 @@ def test_collector_state_restored():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_plan_search_pauses_the_collector_and_restores_it(monkeypatch):
+    """The training plan search runs with the collector paused too, and leaves it as it was."""
+    from meshplan.training import TrainingPlan, search as search_module
+
+    states = []
+    original = search_module._search
+    monkeypatch.setattr(search_module, "_search", lambda *a: states.append(gc.isenabled()) or original(*a))
+    model, cluster = meshplan.load_model("llama-3.1-8b"), meshplan.Cluster.build("h100-sxm-80gb", 8)
+    assert search_module.search(model, cluster, TrainingPlan(seq_len=4096, global_batch_size=64), {}).ranked
+    assert states == [False] and gc.isenabled()

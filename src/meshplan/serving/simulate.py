@@ -8,18 +8,17 @@ Deterministic: the workload carries its own seed and ties break by insertion ord
 
 from __future__ import annotations
 
-import gc
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from meshplan.costs.comm import p2p_time
 from meshplan.errors import ConfigError
+from meshplan.gcpause import cyclic_gc_paused
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.serving.deployment import Pool, build_replicas, resolve_pools
@@ -234,24 +233,6 @@ class Simulation:
         seq.segments = [(arrive, -1)]
         self._log_transfer(seq, now, arrive, target)
         self._push(arrive, TRANSFER, (seq, target))
-
-
-@contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Pause CPython's cyclic garbage collector (if on) for a simulation. The run allocates a
-    few objects per request and iteration that all live until it ends (records, sequences),
-    so the collector's passes, triggered by allocation counts, re-scanned ever more of them
-    for nothing: ~10% of a run. The simulator makes no reference cycles (every scenario of
-    tests/test_serving_invariants.py leaves none), so reference counting alone frees what it
-    drops; results do not depend on the collector."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def check_servable(pool: Pool, workload: Workload) -> None:

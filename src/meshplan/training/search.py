@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from meshplan.errors import ConfigError
+from meshplan.gcpause import cyclic_gc_paused
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.training.estimate import StepEstimate, estimate_from_parts
@@ -199,6 +200,14 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
     optimizer's (activations, parameters, NVMe) are searched only when nothing fits without
     them, which keeps the search's size; a plan they enable could occasionally win where others
     fit (a larger micro-batch whose copies hide); a tier pinned in `pinned` is used in both."""
+    with cyclic_gc_paused():
+        return _search(model, cluster, base, pinned, objective, top, price_per_gpu_hour,
+                       train_tokens, progress, workers)
+
+
+def _search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict, objective: str,
+            top: int, price_per_gpu_hour: float | None, train_tokens: float | None,
+            progress: Callable[[int, int], None] | None, workers: int) -> SearchResult:
     start = time.perf_counter()
 
     def key_of(step_s: float, plan) -> float:
