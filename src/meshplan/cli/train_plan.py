@@ -12,7 +12,6 @@ from meshplan.cli.common import QUIET, console, finish, print_json, progress, sh
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.cli.train import build_plan
-from meshplan.training import TrainingPlan
 from meshplan.training.capabilities import frameworks_for, schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.economics import economics

@@ -214,16 +214,16 @@ def _search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict
         return score_step(step_s, plan, objective, price_per_gpu_hour, cluster.num_gpus,
                           train_tokens)
 
-    tasks = [Task(base, list(candidate_updates(base, model, cluster, pinned)), model, cluster, key_of)]
-    found = sweep(tasks[0], progress, workers)
-    too_big = [(tasks[0], i) for i in found.too_big]
-    if not found.fitting:
-        tasks.append(Task(base, list(candidate_updates(base, model, cluster, pinned, offload=True)),
-                          model, cluster, key_of))
-        more = sweep(tasks[1], progress, workers)
-        too_big += [(tasks[1], i) for i in more.too_big]
+    task = Task(base, list(candidate_updates(base, model, cluster, pinned)), model, cluster, key_of)
+    found = sweep(task, progress, workers)
+    too_big = [(task, i) for i in found.too_big]
+    if not found.fitting:  # the offload tiers, then; what fits comes from this task alone
+        task = Task(base, list(candidate_updates(base, model, cluster, pinned, offload=True)),
+                    model, cluster, key_of)
+        more = sweep(task, progress, workers)
+        too_big += [(task, i) for i in more.too_big]
         found.add(more)
-    ranked = _best(model, cluster, tasks[-1], found.fitting, key_of, top)
+    ranked = _best(model, cluster, task, found.fitting, key_of, top)
     scores = tuple(score(e, objective, price_per_gpu_hour, cluster.num_gpus, train_tokens)
                    for e in ranked)
     closest = () if ranked else _closest(model, cluster, too_big)

@@ -153,9 +153,8 @@ def stage_kind_counts(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple
 
 _LAYOUTS: dict = {}
 """(id(model), pp, chunk_layers) -> (model, chunk kinds per stage, signatures, kind counts per
-stage): the plans of a
-search share a few pipeline layouts, and walking every layer of each plan's layout again cost
-more than the memory model's arithmetic."""
+stage): the plans of a search share a few pipeline layouts, and walking every layer of each
+plan's layout again cost more than the memory model's arithmetic."""
 
 
 def _layout(model: ModelSpec, plan: ResolvedPlan) -> tuple:

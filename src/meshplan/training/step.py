@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from meshplan.costs.comm import collective_time, p2p_time
 from meshplan.model.counts import distinct_kinds
@@ -12,7 +13,7 @@ from meshplan.training.layer_time import LayerTime, layer_time
 from meshplan.training.offload import offload_time, swapped_bytes
 from meshplan.training.offload_copies import chunk_offload_exposed, param_store_bytes_per_s
 from meshplan.training.states import (
-    chunk_kinds, fields_but, layer_split, shared_memo, stage_params, stage_signatures, state_bytes, updated_params,
+    chunk_kinds, fields_but, layer_split, shared_memo, stage_signatures, state_bytes, updated_params,
 )
 
 OPTIMIZER_BYTES_PER_PARAM = 34.0
@@ -56,19 +57,33 @@ def _layer_key(ctx: CostContext) -> tuple:
             g.tp, g.cp, g.ep, fields)
 
 
+class _LayerEntry(NamedTuple):
+    """What plans with one layer key share (see `_layer_entry`)."""
+
+    model: object
+    cluster: object
+    by_layer: dict[object, LayerTime]
+    """LayerTime of each distinct LayerSpec."""
+    by_kind: dict[int, LayerTime]
+    """The same LayerTimes by layer kind: a chunk's layers are looked up without hashing a frozen
+    LayerSpec, field by nested field, for every layer of every plan."""
+    sums: dict
+    """`_chunk_sums` by chunk shape."""
+    ends: dict
+    """`_ends` by (first, last)."""
+
+
 def _layer_cache(ctx: CostContext) -> dict:
     """LayerTime of each distinct layer, shared by the plans of a search that differ only in
     pipeline depth, batch count or sharding (the issue #20 per-layer cost cache)."""
-    return _layer_entry(ctx)[2]
+    return _layer_entry(ctx).by_layer
 
 
-def _layer_entry(ctx: CostContext) -> tuple:
-    """(model, cluster, LayerTime by layer, LayerTime by kind, chunk sums, embedding and head
-    times) of the context's layer key. By kind, a chunk's layers are looked up without hashing a frozen LayerSpec, field by
-    nested field, for every layer of every plan."""
+def _layer_entry(ctx: CostContext) -> _LayerEntry:
+    """The `_LayerEntry` of the context's layer key."""
     key = _layer_key(ctx)
     hit = _LAYER_TIMES.get(key)
-    if hit is not None and hit[0] is ctx.model and hit[1] is ctx.cluster:
+    if hit is not None and hit.model is ctx.model and hit.cluster is ctx.cluster:
         return hit
     cache: dict = {}
     by_kind: dict = {}
@@ -76,20 +91,19 @@ def _layer_entry(ctx: CostContext) -> tuple:
         by_kind[k] = cache[ctx.model.layers[k]] = layer_time(ctx, ctx.model.layers[k])
     if len(_LAYER_TIMES) > 2048:
         _LAYER_TIMES.clear()
-    hit = _LAYER_TIMES[key] = (ctx.model, ctx.cluster, cache, by_kind, {}, {})
+    hit = _LAYER_TIMES[key] = _LayerEntry(ctx.model, ctx.cluster, cache, by_kind, {}, {})
     return hit
 
 
-def _chunk_sums(entry: tuple, kinds: tuple[int, ...]) -> tuple:
+def _chunk_sums(entry: _LayerEntry, kinds: tuple[int, ...]) -> tuple:
     """(forward, backward, weight-grad, TP exposed, EP, CP exposed sums, per-layer forwards,
     per-layer backwards) of a chunk of layer `kinds` under a `_layer_entry`, added in layer
     order once per entry and chunk shape: plans sharing layer times (other depths, batch counts,
     sharding) have the same chunks again."""
-    sums = entry[4]
-    hit = sums.get(kinds)
+    hit = entry.sums.get(kinds)
     if hit is None:
-        times = [entry[3][k] for k in kinds]
-        hit = sums[kinds] = (
+        times = [entry.by_kind[k] for k in kinds]
+        hit = entry.sums[kinds] = (
             sum(t.forward_s for t in times), sum(t.backward_s for t in times),
             sum(t.weight_grad_s for t in times), sum(t.tp_exposed_s for t in times),
             sum(t.ep_comm_s for t in times), sum(t.cp_exposed_s for t in times),
@@ -180,14 +194,14 @@ def chunk_times(ctx: CostContext) -> list[ChunkTime]:
     return out
 
 
-def _ends(ctx: CostContext, entry: tuple, first: bool, last: bool) -> tuple[float, float]:
+def _ends(ctx: CostContext, entry: _LayerEntry, first: bool, last: bool) -> tuple[float, float]:
     """`_embedding_and_head` of the first chunk, the last, both (one chunk) or neither: it reads
     nothing outside the layer key but which end the chunk is, so plans sharing layer times
     share it."""
-    heads = entry[5]
-    hit = heads.get((first, last))
+    hit = entry.ends.get((first, last))
     if hit is None:
-        hit = heads[first, last] = _embedding_and_head(ctx, 0 if first else (ctx.plan.pp - 1 if last else -1))
+        stage = 0 if first else (ctx.plan.pp - 1 if last else -1)
+        hit = entry.ends[first, last] = _embedding_and_head(ctx, stage)
     return hit
 
 
@@ -216,16 +230,10 @@ def dp_seconds(ctx: CostContext, stage: int, overlap_window: float) -> tuple[flo
     """(total, exposed) data-parallel gradient reduction + parameter gather for one stage."""
     if ctx.groups.dp.size == 1:
         return 0.0, 0.0
-    total, tail = dp_total(ctx, stage)
+    total, tail = _stage_costs(ctx, stage)[0]
     if tail:  # FSDP without pipelining: per micro-batch, inside backward; only the last is exposed
         return total, ctx.k.dp_exposed_floor * total
     return total, max(total - overlap_window, ctx.k.dp_exposed_floor * total)
-
-
-def dp_total(ctx: CostContext, stage: int) -> tuple[float, bool]:
-    """(seconds of the stage's data-parallel traffic per step, whether it runs per micro-batch
-    inside backward), as `_dp_traffic` gives, once per stage signature and plan fields it reads."""
-    return _stage_costs(ctx, stage)[0]
 
 
 def _stage_costs(ctx: CostContext, stage: int) -> tuple[tuple[float, bool], float | None]:
