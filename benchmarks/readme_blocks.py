@@ -105,7 +105,7 @@ def render_plan_search_speed(d: dict) -> str:
              for name, c in d["cases"].items()]
     return (f"Speed (`python benchmarks/plan_search_speed.py`, each search in a fresh process, median of "
             f"{d['runs']}): " + "; ".join(parts) + f". The command line takes {d['cli_s']:.2f} s with "
-            f"start-up for {d['cli_case'].split(' on ')[0]}.\n")
+            f"start-up for {d['cli_case'].split(' on ')[0]} (default `--workers`: the CPUs it may use).\n")
 
 
 def render_plan_sanity(d: dict) -> str:

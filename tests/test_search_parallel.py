@@ -54,8 +54,10 @@ def test_progress_reaches_the_end_from_workers(monkeypatch):
 
 def test_small_searches_stay_in_this_process(monkeypatch):
     monkeypatch.setattr(search_sweep, "_parallel", lambda *a: pytest.fail("forked a small search"))
-    model, cluster = load_model("llama-3.1-8b"), Cluster.build("h100-sxm-80gb", 8)
-    assert search(model, cluster, TrainingPlan(seq_len=4096, global_batch_size=64), {}, workers=4).ranked
+    model, cluster = load_model("llama-3.1-8b"), Cluster.build("h100-sxm-80gb", 2)
+    base = TrainingPlan(seq_len=4096, global_batch_size=64)
+    assert len(list(candidate_updates(base, model, cluster, {}))) < search_sweep.PARALLEL_FROM
+    assert search(model, cluster, base, {}, workers=4).ranked
 
 
 @pytest.mark.parametrize("n", [1, 3, 8, 50])

@@ -1,19 +1,19 @@
 """The plan search's sweep: resolve each candidate, drop duplicates, check its memory, and bound
 the step time of those that fit; in this process, or split by layout over forked workers.
 
-A forked worker gets the candidates by inheritance (nothing is pickled on the way in) and sends
-back only numbers: counts, the first reasons plans were invalid, and, per candidate index, the
-score of its step-time lower bound or that it does not fit. Candidates of one layout stay in one
-part, so duplicates (which differ only in fields that change nothing on one layout) never span
-two parts, and the parts joined in order give the serial sweep's lists exactly: the same
-resolution, memory and bounds code runs on the same inputs. The few plans the ranking then
-simulates are resolved and costed again in the parent.
+This process works on parts too (`training.forked`). A forked worker gets the candidates by
+inheritance (nothing is pickled on the way in) and sends back only numbers: counts, the first
+reasons plans were invalid, and, per candidate index, the score of its step-time lower bound or
+that it does not fit. Candidates of one layout stay in one part, so duplicates (which differ only
+in fields that change nothing on one layout) never span two parts, and the parts joined in order
+give the serial sweep's lists exactly: the same resolution, memory and bounds code runs on the
+same inputs. The few plans the ranking then simulates are resolved and costed again in this
+process when a worker found them.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -25,14 +25,17 @@ from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.training.capabilities import cached_problems
 from meshplan.training.estimate import StepParts, step_parts
+from meshplan.training.forked import MAX_PARTS, can_fork, run_parts
 from meshplan.training.memory import fits_memory
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.resolve import batch_split_refused, resolve_plan
 
-PARALLEL_FROM = 4000
-"""Candidates below which a search stays in one process (forking costs ~20 ms)."""
-PARTS_PER_WORKER = 4
-"""Parts per worker: layouts differ in cost, so workers take parts as they finish."""
+PARALLEL_FROM = 200
+"""Candidates below which a search stays in one process (forking and collecting a child takes a
+few milliseconds, about what a few dozen candidates cost)."""
+PARTS_PER_WORKER = 16
+"""Parts per process: layouts differ in cost by tens of times (the ones that fit are costed),
+so processes claim small parts as they finish."""
 
 
 @dataclass
@@ -83,7 +86,7 @@ def sweep(task: Task, progress: Callable[[int, int], None] | None = None,
           workers: int = 1) -> Sweep:
     """The sweep of `task`, over `workers` forked processes when there are enough candidates
     (and fork exists); `progress(done, total)` as it goes."""
-    if workers > 1 and len(task.updates) >= PARALLEL_FROM and _can_fork():
+    if workers > 1 and len(task.updates) >= PARALLEL_FROM and can_fork():
         return _parallel(task, workers, progress)
     return _sweep_range(task, 0, len(task.updates), progress, keep_parts=True)
 
@@ -144,9 +147,6 @@ def parts_of(task: Task, fit: Fit) -> StepParts:
 
 # --- forked workers -------------------------------------------------------------------------
 
-_TASK: list = [None]
-"""The task a forked worker inherits (set just before the workers start)."""
-
 
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity where the OS tells it)."""
@@ -156,31 +156,20 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _can_fork() -> bool:
-    import multiprocessing
-
-    return sys.platform != "win32" and "fork" in multiprocessing.get_all_start_methods()
-
-
 def _parallel(task: Task, workers: int, progress: Callable[[int, int], None] | None) -> Sweep:
-    import multiprocessing
+    """The sweep split by layout over this process and `workers - 1` forked children
+    (`training.forked`); this process keeps the step parts of what it costed itself."""
+    spans = layout_parts(task.updates, min(MAX_PARTS, workers * PARTS_PER_WORKER))
 
-    parts = layout_parts(task.updates, workers * PARTS_PER_WORKER)
-    _TASK[0] = task
+    def work(i: int, in_parent: bool) -> Sweep:
+        return _sweep_range(task, *spans[i], None, keep_parts=in_parent)
+
+    total = len(task.updates)
+    told = None if progress is None else (lambda done: progress(done, total))
     out = Sweep()
-    try:
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            for (_, stop), part in zip(parts, pool.imap(_worker, parts)):
-                out.add(part)
-                if progress is not None:
-                    progress(stop, len(task.updates))
-    finally:
-        _TASK[0] = None
+    for part in run_parts([b - a for a, b in spans], work, workers, told):
+        out.add(part)
     return out
-
-
-def _worker(span: tuple[int, int]) -> Sweep:
-    return _sweep_range(_TASK[0], *span, None, keep_parts=False)
 
 
 def layout_parts(updates: list[dict], n: int) -> list[tuple[int, int]]:
