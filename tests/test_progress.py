@@ -32,3 +32,20 @@ def test_piped_commands_print_no_progress_and_parseable_json():
     quiet = runner.invoke(app, ["train", "plan", "--model", "llama-3.2-1b", "--gpu", "h100-sxm-80gb",
                                 "--num-gpus", "8", "--global-batch-size", "16", "--quiet"])
     assert quiet.exit_code == 0 and "searching" not in quiet.output
+
+
+def test_a_bar_without_its_thread_draws_from_updates_and_starts_no_thread(monkeypatch):
+    """`train plan` forks search workers while its bar is up: the bar then runs no refresh
+    thread (whose locks a child could inherit held) and is drawn by the updates themselves."""
+    import threading
+
+    sink = io.StringIO()
+    monkeypatch.setattr(common, "err_console", Console(file=sink, force_terminal=True, width=80))
+    before = threading.active_count()
+    with common.progress("searching 8 GPUs", True, thread=False) as update:
+        assert threading.active_count() == before
+        update(3, 10)
+        drawn = sink.getvalue()
+        update(4, 10)  # within REDRAW_S of the last draw: counted, not drawn
+        assert sink.getvalue() == drawn
+    assert "3/10" in drawn

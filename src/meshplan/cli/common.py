@@ -8,6 +8,7 @@ import inspect
 import json
 import math
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -127,18 +128,36 @@ def show_progress(quiet: bool = False, json_out: bool = False) -> bool:
 
 
 @contextlib.contextmanager
-def progress(label: str, enabled: bool) -> Iterator[Callable[[int, int], None]]:
+def progress(label: str, enabled: bool, thread: bool = True) -> Iterator[Callable[[int, int], None]]:
     """A transient rich progress bar on stderr; yields `update(done, total)` (a no-op when not
-    `enabled`, so library code can always call it)."""
+    `enabled`, so library code can always call it). Without `thread` the bar is drawn from
+    `update` (at most every REDRAW_S) instead of by rich's refresh thread: a process that forks
+    workers then has no thread whose locks a child could inherit held."""
     if not enabled:
         yield lambda done, total: None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=real_console(err_console), transient=True) as bar:
+    with Progress(*columns, console=real_console(err_console), transient=True,
+                  auto_refresh=thread) as bar:
         task = bar.add_task(label, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+        if thread:
+            yield lambda done, total: bar.update(task, completed=done, total=total)
+            return
+        drawn = [0.0]
+
+        def update(done: int, total: int) -> None:
+            now = time.monotonic()
+            bar.update(task, completed=done, total=total, refresh=now - drawn[0] >= REDRAW_S)
+            if now - drawn[0] >= REDRAW_S:
+                drawn[0] = now
+
+        yield update
+
+
+REDRAW_S = 0.05
+"""Seconds between redraws of a progress bar drawn without rich's refresh thread."""
 
 
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar (it is shown only on a terminal).")

@@ -124,7 +124,7 @@ def plan_command(
     host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}
     for n in parse_counts(num_gpus):
         cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None, **host)
-        with progress(f"searching {n} GPUs", show_progress(quiet, json_out)) as update:
+        with progress(f"searching {n} GPUs", show_progress(quiet, json_out), thread=False) as update:
             result, ranked, money = search_size(spec, model, cluster, base, pinned, objective, top,
                                                 price_per_gpu_hour, train_tokens, update,
                                                 workers or usable_cpus())
