@@ -70,3 +70,36 @@ def test_parts_cover_the_candidates_in_order_and_cut_between_layouts(n):
     for _, stop in spans[:-1]:
         assert search_sweep._layout(updates[stop]) != search_sweep._layout(updates[stop - 1])
     assert len(spans) <= n
+
+
+def test_default_workers_are_the_cpus_of_a_single_threaded_process_else_one(monkeypatch):
+    import threading
+
+    monkeypatch.setattr(search_sweep, "usable_cpus", lambda: 6)
+    assert search_sweep.default_workers() == (6 if threading.active_count() == 1 else 1)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert search_sweep.default_workers() == 1  # a fork would copy that thread's locks
+    finally:
+        stop.set()
+        other.join()
+    monkeypatch.setattr(search_sweep, "can_fork", lambda: False)
+    assert search_sweep.default_workers() == 1
+
+
+def test_a_search_left_to_its_default_shares_its_work(monkeypatch):
+    """With no `workers`, a single-threaded process shares a large search (the result is the
+    serial one, as above)."""
+    import threading
+
+    if threading.active_count() > 1:
+        pytest.skip("another thread runs in this test process")
+    asked = []
+    real = search_sweep._parallel
+    monkeypatch.setattr(search_sweep, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(search_sweep, "_parallel", lambda task, n, p: asked.append(n) or real(task, n, p))
+    model, cluster = load_model("llama-3.1-8b"), Cluster.build("h100-sxm-80gb", 16)
+    search(model, cluster, TrainingPlan(seq_len=8192, global_batch_size=128), {})
+    assert asked == [2]

@@ -39,7 +39,7 @@ def estimate_training(model: ModelSpec | str, cluster: Cluster, plan: TrainingPl
 def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: TrainingPlan, *,
                           pin: dict | None = None, objective: str = "throughput", top: int = 5,
                           price_per_gpu_hour: float | None = None,
-                          train_tokens: float | None = None, site=None, workers: int = 1):
+                          train_tokens: float | None = None, site=None, workers: int | None = None):
     """Search the parallel layout, as `meshplan train plan` does (a training `SearchResult`:
     `ranked` StepEstimates best first, `scores`, the counts of `evaluated`, `rejected_invalid` and
     `rejected_memory` plans, `seconds`, and the `closest` plans when nothing fits).
@@ -54,7 +54,8 @@ def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: Traini
     top: how many ranked plans to keep.
     site: a site profile (name, file or `SiteProfile`) to apply; None: the packaged model alone.
     workers: processes sharing a search of many candidates (forked; Linux and macOS), with the
-    same result; 1 keeps it in this process.
+    same result; 1 keeps it in this process; None: the CPUs this process may use, or 1 when
+    another thread runs in it (a web server, a notebook kernel) or fork is missing.
     """
     from meshplan.errors import ConfigError
     from meshplan.training.search import search

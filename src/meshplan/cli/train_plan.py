@@ -17,7 +17,7 @@ from meshplan.training.estimate import StepEstimate
 from meshplan.training.economics import economics
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.search import OBJECTIVE_UNITS, SearchResult, search, why_winner
-from meshplan.training.search_sweep import PARALLEL_FROM, usable_cpus
+from meshplan.training.search_sweep import PARALLEL_FROM, default_workers
 
 GIB = 2**30
 ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
@@ -127,7 +127,7 @@ def plan_command(
         with progress(f"searching {n} GPUs", show_progress(quiet, json_out), thread=False) as update:
             result, ranked, money = search_size(spec, model, cluster, base, pinned, objective, top,
                                                 price_per_gpu_hour, train_tokens, update,
-                                                workers or usable_cpus())
+                                                workers or default_workers())
         entries += ranked
         searches.append(search_dict(result, n))
         results[n] = result

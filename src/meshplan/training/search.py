@@ -19,7 +19,9 @@ from meshplan.training.capabilities import GENERIC, capability
 from meshplan.training.doclengths import is_fixed
 from meshplan.training.packing import BALANCE
 from meshplan.training.routing import MOE_BALANCE
-from meshplan.training.search_sweep import Fit, Task, parts_of, resolve_candidate, sweep
+from meshplan.training.search_sweep import (
+    Fit, Task, default_workers, parts_of, resolve_candidate, sweep,
+)
 
 POWERS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -193,16 +195,18 @@ def score_step(step_s: float, plan, objective: str, price_per_gpu_hour: float | 
 def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict, *,
            objective: str = "throughput", top: int = 5, price_per_gpu_hour: float | None = None,
            train_tokens: float | None = None,
-           progress: Callable[[int, int], None] | None = None, workers: int = 1) -> SearchResult:
+           progress: Callable[[int, int], None] | None = None,
+           workers: int | None = None) -> SearchResult:
     """Evaluate every supported plan, keep those that fit, rank them by `objective`;
-    `progress(done, total)` is told how far the enumeration is; a large search is split over
-    `workers` forked processes (`search_sweep`), with the same result. Offload tiers beyond the
-    optimizer's (activations, parameters, NVMe) are searched only when nothing fits without
-    them, which keeps the search's size; a plan they enable could occasionally win where others
-    fit (a larger micro-batch whose copies hide); a tier pinned in `pinned` is used in both."""
+    `progress(done, total)` is told how far the enumeration is; a large search is shared by
+    `workers` processes (`search_sweep`; None: `default_workers()`), with the same result.
+    Offload tiers beyond the optimizer's (activations, parameters, NVMe) are searched only when
+    nothing fits without them, which keeps the search's size; a plan they enable could
+    occasionally win where others fit (a larger micro-batch whose copies hide); a tier pinned in
+    `pinned` is used in both."""
     with cyclic_gc_paused():
         return _search(model, cluster, base, pinned, objective, top, price_per_gpu_hour,
-                       train_tokens, progress, workers)
+                       train_tokens, progress, default_workers() if workers is None else workers)
 
 
 def _search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict, objective: str,

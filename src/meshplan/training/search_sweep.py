@@ -156,6 +156,15 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def default_workers() -> int:
+    """Processes a search shares its work with when the caller does not say: the CPUs this
+    process may use, or 1 where fork is missing or another thread runs (a child would inherit
+    that thread's locks in whatever state they are: a web server, a notebook kernel)."""
+    import threading
+
+    return usable_cpus() if can_fork() and threading.active_count() == 1 else 1
+
+
 def _parallel(task: Task, workers: int, progress: Callable[[int, int], None] | None) -> Sweep:
     """The sweep split by layout over this process and `workers - 1` forked children
     (`training.forked`); this process keeps the step parts of what it costed itself."""

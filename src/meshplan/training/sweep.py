@@ -28,7 +28,8 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
         model = load_model(model_name)
         base = TrainingPlan(seq_len=seq, global_batch_size=max(1, global_batch_tokens // seq),
                             framework=framework)
-        result = search(model, Cluster.build(gpu, gpus), base, {}, top=1)
+        # one process per cell: the sweep already runs cells in parallel
+        result = search(model, Cluster.build(gpu, gpus), base, {}, top=1, workers=1)
     except MeshplanError as exc:
         return {**row, "status": f"error: {exc}"}
     row.update(evaluated=result.evaluated, search_seconds=round(result.seconds, 3))
