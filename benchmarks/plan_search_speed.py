@@ -1,12 +1,12 @@
 """Speed of the training plan search (the speed issue's bounds: llama-3.1-405b on 16,384
 h100-sxm-80gb, seq 8192, global batch 2048: <= 0.2 s in-process and <= 0.8 s for the CLI, >= 10,000
 candidates/s; DeepSeek-V3 on 2,048 H100 with the full tp/pp/vpp/cp/ep/etp space: <= 2 s
-in-process). Each search is timed in one process, and shared with one forked worker
-(`train plan --workers 2`, the command line's default on a 2-core machine). Each search runs in a
-fresh process (a second search in one process reuses the first one's caches) and the median of
-RUNS is reported, since single timings on a shared 2-core machine swing by a third. Saves
-benchmarks/results/plan_search_speed.json and rewrites the README block that quotes it.
-Run: python benchmarks/plan_search_speed.py"""
+in-process). Each search is timed in one process (`workers=1`), and shared with one forked
+worker (`workers=2`, the default of `train plan` and of the library on a 2-core machine). Each
+search runs in a fresh process (a second search in one process reuses the first one's caches)
+and the median of RUNS is reported, since single timings on a shared 2-core machine swing by a
+third. Saves benchmarks/results/plan_search_speed.json and rewrites the README block that quotes
+it. Run: python benchmarks/plan_search_speed.py"""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ RUNS = 5
 CASES = {
     "llama-3.1-405b on 16,384 H100, seq 8192, batch 2048, in one process":
         ("llama-3.1-405b", 16384, 8192, 2048, 1),
-    "the same 405B search shared with one forked worker (`--workers 2`, the command line's "
-    "default on this 2-core machine)": ("llama-3.1-405b", 16384, 8192, 2048, 2),
+    "the same 405B search shared with one forked worker (`--workers 2`, the default of `train "
+    "plan` and of the library on this 2-core machine)": ("llama-3.1-405b", 16384, 8192, 2048, 2),
     "DeepSeek-V3 on 2,048 H100, seq 4096, batch 8192 (full tp/pp/vpp/cp/ep/etp space), in one "
     "process": ("deepseek-v3", 2048, 4096, 8192, 1),
     "the same DeepSeek-V3 search shared with one forked worker (`--workers 2`)":
