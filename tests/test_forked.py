@@ -85,3 +85,18 @@ def test_part_count_is_checked():
     with pytest.raises(ValueError, match="at most 255 parts"):
         forked.run_parts([1] * 256, lambda i, _: i, 2)
     assert forked.run_parts([], lambda i, _: i, 2) == []
+
+
+def test_a_fork_the_system_refuses_leaves_the_work_to_the_processes_running(monkeypatch):
+    real, calls = os.fork, []
+
+    def fork():
+        calls.append(1)
+        if len(calls) > 1:
+            raise BlockingIOError("Resource temporarily unavailable")
+        return real()
+
+    monkeypatch.setattr(os, "fork", fork)
+    out = forked.run_parts([1] * 12, lambda i, _: (time.sleep(0.005), i)[1], 4)
+    assert out == list(range(12)) and len(calls) == 2
+    assert _no_children_left()

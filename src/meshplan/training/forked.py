@@ -54,7 +54,10 @@ def run_parts(sizes: list[int], work: Callable[[int, bool], Any], processes: int
     children: list[tuple[int, int]] = []
     try:
         for slot in range(1, processes):
-            children.append(_fork(slot, tokens, board, sizes, work))
+            try:
+                children.append(_fork(slot, tokens, board, sizes, work))
+            except OSError:  # the system allows no more processes: the ones running take the parts
+                break
         results = dict(_claim(tokens, sizes, work, True, board, progress, processes))
         while children:
             results.update(_collect(*children.pop()))
@@ -86,7 +89,12 @@ def _fork(slot: int, tokens: int, board: mmap.mmap, sizes: list[int],
           work: Callable[[int, bool], Any]) -> tuple[int, int]:
     """Start a child working on parts; (its pid, the read end of its result pipe)."""
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        raise
     if pid:
         os.close(write_end)
         return pid, read_end
