@@ -70,3 +70,14 @@ def test_bad_input_exits_2_with_one_error_line(args):
     result = run(*args)
     assert result.exit_code == 2, result.output
     assert "error:" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("argv", [[], ["train"], ["serve"], ["gpus"]])
+def test_a_group_without_a_command_prints_its_help_and_exits_2(argv, capsys):
+    from meshplan.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(" ".join(["Usage: meshplan", *argv])) and "Commands:" in err

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from meshplan.cli.lazy import COMMANDS, load
+from meshplan.cli.lazy import COMMANDS, SUBCOMMANDS, load, load_sub
 
 PROBE = """
 import json, sys
@@ -69,6 +69,16 @@ def test_a_dense_single_estimate_imports_no_numerics():
                                 "--seq-len", "8192", "--recompute", "full"))
     assert "meshplan.training.estimate" in modules
     assert not loaded(modules, ("scipy", "numpy", "meshplan.serving", "torch"))
+    # the group's other commands stay unloaded: no plan search, no exporters
+    assert not loaded(modules, ("meshplan.cli.train_plan", "meshplan.cli.train_export",
+                                "meshplan.training.search", "meshplan.export"))
+
+
+def test_a_group_help_page_imports_none_of_its_commands():
+    modules = modules_after(cli("train", "--help"))
+    assert not loaded(modules, tuple(h for h in HEAVY if h != "pydantic"))  # typer parses --help with it
+    assert not [m for m in modules if m.startswith("meshplan.cli.") and m not in
+                ("meshplan.cli.app", "meshplan.cli.lazy")]
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
@@ -76,3 +86,16 @@ def test_the_root_page_help_is_the_commands_own(name):
     """The short help stored for the root page must open the command's own help text."""
     real = " ".join((load(name).help or "").split())
     assert real.startswith(COMMANDS[name][1]), (name, real[:120])
+
+
+@pytest.mark.parametrize("group,name", [(g, n) for g, (_, table) in SUBCOMMANDS.items() for n in table])
+def test_a_group_page_help_is_the_sub_commands_own(group, name):
+    """The short help stored for a group's page must open the sub-command's own help text, and
+    the group's page lists every command its typer app defines."""
+    real = " ".join((load_sub(group, name).help or "").split())
+    assert real.startswith(SUBCOMMANDS[group][1][name][1]), (group, name, real[:120])
+    attr, table = SUBCOMMANDS[group]
+    import importlib
+
+    app = getattr(importlib.import_module(f"meshplan.cli.{group}"), attr)
+    assert {c.name for c in app.registered_commands} <= set(table)

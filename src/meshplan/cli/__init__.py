@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> None:
     prints its help page (exit 2, as typer does)."""
     try:
         code = app(args=argv, prog_name="meshplan", standalone_mode=False)
-    except NoArgsIsHelpError:  # typer has printed the group's help page already
+    except NoArgsIsHelpError as exc:  # the group's help page, on stderr
+        exc.show()
         raise SystemExit(2) from None
     except UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""

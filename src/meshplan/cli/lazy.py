@@ -2,9 +2,11 @@
 what they run (no scipy, no serving stack, no plan search for a help page).
 
 The root group lists every command from this table without importing it; a command's module
-is imported when the command is parsed or invoked (`LazyCommand.make_context`). The short help
-shown on the root page is kept here, and `tests/test_startup.py` checks it against the loaded
-command so it cannot go stale.
+is imported when the command is parsed or invoked (`LazyCommand.make_context`). The `train` and
+`serve` groups do the same one level down (`SUBCOMMANDS`): `train estimate` does not import the
+plan search, nor convert the options of the group's other commands. The short help shown on
+each page is kept here, and `tests/test_startup.py` checks it against the loaded command so it
+cannot go stale.
 """
 
 from __future__ import annotations
@@ -65,9 +67,9 @@ COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
     "gpus": (_group("gpus", "gpus_app", "gpus"), "The GPU catalog."),
     "gpu": (_group("gpu", "gpu_app", "gpus"), "One GPU's catalog row."),
     "cluster": (_group("cluster", "cluster_app", "cluster"), "A cluster of catalog GPUs."),
-    "train": (_group("train", "train_app", "train", "train_plan", "train_export"),
+    "train": (lambda: _lazy_group("train"),
               "Training runs: memory, step time, plan search, sweeps and launch configs."),
-    "serve": (_group("serve", "serve_app", "serve", "serve_plan"),
+    "serve": (lambda: _lazy_group("serve"),
               "Serving deployments: simulate traffic, plan, export launch commands."),
     "ui": (_command("ui"),
            "Serve the web app: pages per job, a JSON API (/openapi.json), background plan searches."),
@@ -89,6 +91,85 @@ class LazyCommand(click.Group):
 
     def make_context(self, info_name, args, parent=None, **extra):
         return load(self.name).make_context(info_name, args, parent=parent, **extra)
+
+
+SUBCOMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    "train": ("train_app", {
+        "memory": ("train", "Peak memory per GPU of a training plan, per pipeline stage, and "
+                            "whether it fits."),
+        "estimate": ("train", "Step time, tokens/s per GPU, MFU and where the time goes, for one "
+                              "training plan."),
+        "plan": ("train_plan", "Search tp, pp, vpp, cp, ep, micro-batch, recompute and sharding; "
+                               "rank the plans that fit."),
+        "sweep": ("train_plan", "The best plan of every grid cell, searched in parallel, as a CSV "
+                                "table (rows are written as tasks finish; the file ends sorted in "
+                                "grid order)."),
+        "export": ("train_export", "Print the engine's launch config (command line, TOML or JSON) "
+                                   "for a plan."),
+    }),
+    "serve": ("serve_app", {
+        "simulate": ("serve", "Simulate a deployment under traffic: TTFT, TPOT, ITL, E2E, "
+                              "throughput and goodput."),
+        "plan": ("serve_plan", "The cheapest deployments that serve a request rate within latency "
+                               "SLOs."),
+        "sweep": ("serve_plan", "Latency and throughput over request rates: the latency-throughput "
+                                "curve of one deployment."),
+        "export": ("serve_plan", "Print the launch commands of a plan for vLLM or SGLang."),
+    }),
+}
+"""Group -> (its typer app's name in `meshplan.cli.<group>`, sub-command -> (the module that
+defines it, the short help the group's page shows))."""
+
+
+def _lazy_group(name: str) -> click.Group:
+    """The `name` group, its sub-commands imported on first use."""
+    return LazySubGroup(name=name, help=COMMANDS[name][1], no_args_is_help=True, rich_markup_mode=None)
+
+
+class LazySubGroup(TyperGroup):
+    """A group of `SUBCOMMANDS`: lists them without importing; parsing one imports its module and
+    converts that command alone."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(SUBCOMMANDS[self.name][1])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        table = SUBCOMMANDS[self.name][1]
+        if cmd_name not in table:
+            return None
+        return LazySubCommand(cmd_name, table[cmd_name][1], self.name)
+
+
+class LazySubCommand(click.Command):
+    """Stands for a group's sub-command on the group's help page; parsing it hands over to the
+    real one."""
+
+    def __init__(self, name: str, short_help: str, group: str):
+        super().__init__(name=name, help=short_help, short_help=short_help)
+        self.group = group
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        return load_sub(self.group, self.name).make_context(info_name, args, parent=parent, **extra)
+
+
+@functools.cache
+def load_sub(group: str, name: str) -> click.Command:
+    """The real click command of `group name`, imported and converted once."""
+    attr, table = SUBCOMMANDS[group]
+    app = getattr(importlib.import_module(f"meshplan.cli.{group}"), attr)
+    module = table[name][0]
+    if module != group:
+        _registered(module)
+    info = next(c for c in app.registered_commands if c.name == name)
+    holder = _holder()
+    holder.registered_commands.append(info)
+    return typer.main.get_command(holder).commands[name]
+
+
+@functools.cache
+def _registered(module: str) -> None:
+    """Import `meshplan.cli.<module>` and let it add its commands to its group, once."""
+    importlib.import_module(f"meshplan.cli.{module}").register(None)
 
 
 class LazyGroup(TyperGroup):
