@@ -293,3 +293,22 @@ def test_bad_inputs_name_the_problem():
         StageTimes(forward_s=(-1.0,), backward_s=(2.0,))
     with pytest.raises(ValueError, match="exceeds"):
         StageTimes(forward_s=(1.0,), backward_s=(2.0,), weight_grad_s=(3.0,))
+
+
+def test_schedules_declaring_own_ends_start_and_end_each_stage_on_its_own_chunk():
+    """`Schedule.own_ends` lets the step-time lower bound skip building the orders: for every
+    shape, each stage's first op must be a forward and its last a backward of its own first
+    chunk, as reading the built orders says."""
+    from meshplan.training.pipeline_orders import B, F, SCHEDULES, cached_orders
+
+    declared = [name for name, spec in SCHEDULES.items() if spec.own_ends]
+    assert set(declared) >= {"1f1b", "gpipe", "interleaved"} and "zero-bubble" not in declared
+    for name in declared:
+        for pp in (1, 2, 3, 4, 8):
+            for vpp in ((1,) if name == "1f1b" else (1, 2, 3) if name == "gpipe" else (2, 3, 4)):
+                if name == "interleaved" and pp == 1:
+                    continue
+                for m in ((pp, 2 * pp, 5 * pp) if name == "interleaved" else (1, 2, pp, 3 * pp + 1)):
+                    for s, order in enumerate(cached_orders(name, pp, vpp, m)):
+                        first, last = decode(order[0], pp * vpp), decode(order[-1], pp * vpp)
+                        assert (first[0], first[2], last[0], last[2]) == (F, s, B, s), (name, pp, vpp, m, s)

@@ -40,16 +40,22 @@ class Schedule:
     """Builds every stage's op order."""
     split_backward: bool
     """Backward runs as B (input gradient) then a separate W (weight gradient) op (zero-bubble)."""
+    own_ends: bool = False
+    """Whatever pp, vpp and the batch count, every stage's order starts with a forward of its own
+    first chunk (virtual stage = the stage) and ends with a backward of it: what a step-time
+    lower bound reads of the orders, known without building them (tested against them)."""
 
 
 SCHEDULES: dict[str, Schedule] = {}
 
 
-def register_schedule(name: str, *, split_backward: bool = False) -> Callable[[OrderFn], OrderFn]:
+def register_schedule(name: str, *, split_backward: bool = False,
+                      own_ends: bool = False) -> Callable[[OrderFn], OrderFn]:
     """Add an order builder to SCHEDULES under `name`."""
 
     def decorate(fn: OrderFn) -> OrderFn:
-        SCHEDULES[name] = Schedule(name=name, orders=fn, split_backward=split_backward)
+        SCHEDULES[name] = Schedule(name=name, orders=fn, split_backward=split_backward,
+                                   own_ends=own_ends)
         return fn
 
     return decorate
@@ -94,7 +100,7 @@ def _one_f_one_b_stage(stage: int, pp: int, m: int) -> list[int]:
     return _warmup_steady_cooldown(fwd, [code + B for code in fwd], min(pp - stage - 1, m))
 
 
-@register_schedule("gpipe")
+@register_schedule("gpipe", own_ends=True)
 def gpipe(pp: int, vpp: int, m: int) -> Orders:
     """All forwards, then all backwards, micro-batches in order 0..m-1 (torch.distributed.pipelining
     ScheduleGPipe runs its backwards in micro-batch order too). With vpp > 1 it goes chunk by chunk:
@@ -108,7 +114,7 @@ def gpipe(pp: int, vpp: int, m: int) -> Orders:
     return orders
 
 
-@register_schedule("1f1b")
+@register_schedule("1f1b", own_ends=True)
 def one_f_one_b(pp: int, vpp: int, m: int) -> Orders:
     """PipeDream-Flush (Megatron without interleaving): stage s runs min(pp - s - 1, m) warm-up
     forwards, then one forward and one backward in turn, then the cool-down backwards."""
@@ -116,7 +122,7 @@ def one_f_one_b(pp: int, vpp: int, m: int) -> Orders:
     return [_one_f_one_b_stage(s, pp, m) for s in range(pp)]
 
 
-@register_schedule("interleaved")
+@register_schedule("interleaved", own_ends=True)
 def interleaved(pp: int, vpp: int, m: int) -> Orders:
     """Megatron's interleaved 1F1B (forward_backward_pipelining_with_interleaving): micro-batches
     in groups of pp, each group through chunk 0, chunk 1, ...; backwards take the chunks in

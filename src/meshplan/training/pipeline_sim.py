@@ -131,7 +131,10 @@ def step_lower_bound(schedule: str, stages: Sequence[StageTimes], num_microbatch
 def _own_first_and_last(schedule: str, pp: int, vpp: int, m: int) -> tuple[tuple[bool, bool], ...]:
     """Per stage: whether its first op is a forward of its own first chunk (virtual stage = the
     stage), and its last a backward of it: what `step_lower_bound` reads of each order, once
-    per shape (a search bounds hundreds of plans over a few shapes)."""
+    per shape (a search bounds hundreds of plans over a few shapes); without building the
+    orders when the schedule declares both (`Schedule.own_ends`)."""
+    if SCHEDULES[schedule].own_ends:
+        return ((True, True),) * pp
     orders = cached_orders(schedule, pp, vpp, m)
     out = []
     for s in range(pp):
