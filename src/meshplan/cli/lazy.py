@@ -123,7 +123,8 @@ defines it, the short help the group's page shows))."""
 
 def _lazy_group(name: str) -> click.Group:
     """The `name` group, its sub-commands imported on first use."""
-    return LazySubGroup(name=name, help=COMMANDS[name][1], no_args_is_help=True, rich_markup_mode=None)
+    return LazySubGroup(name=name, help=COMMANDS[name][1], no_args_is_help=True,
+                        rich_markup_mode=None)
 
 
 class LazySubGroup(TyperGroup):
