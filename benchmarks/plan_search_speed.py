@@ -74,8 +74,8 @@ def main() -> None:
               f"{r['candidates_per_s']:,.0f} candidates/s")
     cli_s = cli_wall()
     print(f"CLI (405B) with start-up: median {cli_s:.2f} s")
-    readme_blocks.save("plan_search_speed", {"runs": RUNS, "cases": results, "cli_case": next(iter(CASES)),
-                                             "cli_s": cli_s})
+    readme_blocks.save("plan_search_speed", {"runs": RUNS, "cases": results, "order": list(CASES),
+                                             "cli_case": next(iter(CASES)), "cli_s": cli_s})
 
 
 if __name__ == "__main__":

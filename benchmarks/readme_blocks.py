@@ -99,10 +99,11 @@ def render_serving_accuracy(acc: dict) -> str:
 
 def render_plan_search_speed(d: dict) -> str:
     """One sentence per case: median in-process time of the search; the CLI's wall time."""
+    order = d.get("order", list(d["cases"]))  # the benchmark's order (the file's keys are sorted)
     parts = [f"{name}: median {c['median_s']:.2f} s in-process (fastest {c['min_s']:.2f} s; "
              f"{c['candidates']:,} candidates, {c['evaluated']:,} costed, {c['rejected_memory']:,} of "
              f"them out of memory; about {c['candidates_per_s']:,.0f} candidates/s)"
-             for name, c in d["cases"].items()]
+             for name, c in ((n, d["cases"][n]) for n in order)]
     return (f"Speed (`python benchmarks/plan_search_speed.py`, each search in a fresh process, median of "
             f"{d['runs']}): " + "; ".join(parts) + f". The command line takes {d['cli_s']:.2f} s with "
             f"start-up for {d['cli_case'].split(' on ')[0]} (default `--workers`: the CPUs it may use).\n")
