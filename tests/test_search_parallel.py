@@ -76,6 +76,7 @@ def test_default_workers_are_the_cpus_of_a_single_threaded_process_else_one(monk
     import threading
 
     monkeypatch.setattr(search_sweep, "usable_cpus", lambda: 6)
+    monkeypatch.setattr(search_sweep, "_on_linux", lambda: True)
     assert search_sweep.default_workers() == (6 if threading.active_count() == 1 else 1)
     stop = threading.Event()
     other = threading.Thread(target=stop.wait)
@@ -85,7 +86,7 @@ def test_default_workers_are_the_cpus_of_a_single_threaded_process_else_one(monk
     finally:
         stop.set()
         other.join()
-    monkeypatch.setattr(search_sweep, "can_fork", lambda: False)
+    monkeypatch.setattr(search_sweep, "_on_linux", lambda: False)  # macOS, Windows
     assert search_sweep.default_workers() == 1
 
 
@@ -99,6 +100,7 @@ def test_a_search_left_to_its_default_shares_its_work(monkeypatch):
     asked = []
     real = search_sweep._parallel
     monkeypatch.setattr(search_sweep, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(search_sweep, "_on_linux", lambda: True)
     monkeypatch.setattr(search_sweep, "_parallel", lambda task, n, p: asked.append(n) or real(task, n, p))
     model, cluster = load_model("llama-3.1-8b"), Cluster.build("h100-sxm-80gb", 16)
     search(model, cluster, TrainingPlan(seq_len=8192, global_batch_size=128), {})

@@ -54,8 +54,8 @@ def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: Traini
     top: how many ranked plans to keep.
     site: a site profile (name, file or `SiteProfile`) to apply; None: the packaged model alone.
     workers: processes sharing a search of many candidates (forked; Linux and macOS), with the
-    same result; 1 keeps it in this process; None: the CPUs this process may use, or 1 when
-    another thread runs in it (a web server, a notebook kernel) or fork is missing.
+    same result; 1 keeps it in this process; None: on Linux the CPUs this process may use, or 1
+    when another thread runs in it (a web server, a notebook kernel); elsewhere 1.
     """
     from meshplan.errors import ConfigError
     from meshplan.training.search import search

@@ -105,8 +105,8 @@ def plan_command(
                                        "train; needed by --objective time-to-train."),
     top: int = typer.Option(5, help="Plans to show per cluster size."),
     workers: int = typer.Option(None, "--workers", help="Processes sharing a large search (from "
-                                f"{PARALLEL_FROM:,} candidates; default: the CPUs this process may "
-                                "use). The ranking is the same."),
+                                f"{PARALLEL_FROM:,} candidates; default: on Linux the CPUs this "
+                                "process may use, elsewhere 1). The ranking is the same."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
     html: Path = html_option.HTML,
     quiet: bool = QUIET,

@@ -14,6 +14,7 @@ process when a worker found them.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -157,12 +158,18 @@ def usable_cpus() -> int:
 
 
 def default_workers() -> int:
-    """Processes a search shares its work with when the caller does not say: the CPUs this
-    process may use, or 1 where fork is missing or another thread runs (a child would inherit
-    that thread's locks in whatever state they are: a web server, a notebook kernel)."""
+    """Processes a search shares its work with when the caller does not say: on Linux the CPUs
+    this process may use, or 1 when another thread runs (a child would inherit that thread's
+    locks in whatever state they are: a web server, a notebook kernel). Elsewhere 1: macOS's
+    system libraries may run threads of their own, which is why Python does not fork there by
+    default either (an explicit `workers` still forks)."""
     import threading
 
-    return usable_cpus() if can_fork() and threading.active_count() == 1 else 1
+    return usable_cpus() if _on_linux() and threading.active_count() == 1 else 1
+
+
+def _on_linux() -> bool:
+    return sys.platform == "linux"
 
 
 def _parallel(task: Task, workers: int, progress: Callable[[int, int], None] | None) -> Sweep:
