@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from meshplan.errors import ConfigError
 
 PER_GPU = {"training": ("compute",), "serving": ("device",)}

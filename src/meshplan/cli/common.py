@@ -149,8 +149,9 @@ def progress(label: str, enabled: bool, thread: bool = True) -> Iterator[Callabl
 
         def update(done: int, total: int) -> None:
             now = time.monotonic()
-            bar.update(task, completed=done, total=total, refresh=now - drawn[0] >= REDRAW_S)
-            if now - drawn[0] >= REDRAW_S:
+            due = now - drawn[0] >= REDRAW_S
+            bar.update(task, completed=done, total=total, refresh=due)
+            if due:
                 drawn[0] = now
 
         yield update

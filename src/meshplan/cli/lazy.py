@@ -83,14 +83,16 @@ def load(name: str) -> click.Command:
     return COMMANDS[name][0]()
 
 
-class LazyCommand(click.Group):
-    """Stands for a root command on the help page; parsing it hands over to the real one."""
+class LazyCommand(click.Command):
+    """Stands for a command on its group's help page; parsing it hands over to the real command,
+    which `load()` imports and converts."""
 
-    def __init__(self, name: str, short_help: str):
+    def __init__(self, name: str, short_help: str, load: Callable[[], click.Command]):
         super().__init__(name=name, help=short_help, short_help=short_help)
+        self.load = load
 
     def make_context(self, info_name, args, parent=None, **extra):
-        return load(self.name).make_context(info_name, args, parent=parent, **extra)
+        return self.load().make_context(info_name, args, parent=parent, **extra)
 
 
 SUBCOMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
@@ -138,19 +140,8 @@ class LazySubGroup(TyperGroup):
         table = SUBCOMMANDS[self.name][1]
         if cmd_name not in table:
             return None
-        return LazySubCommand(cmd_name, table[cmd_name][1], self.name)
-
-
-class LazySubCommand(click.Command):
-    """Stands for a group's sub-command on the group's help page; parsing it hands over to the
-    real one."""
-
-    def __init__(self, name: str, short_help: str, group: str):
-        super().__init__(name=name, help=short_help, short_help=short_help)
-        self.group = group
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        return load_sub(self.group, self.name).make_context(info_name, args, parent=parent, **extra)
+        return LazyCommand(cmd_name, table[cmd_name][1],
+                           functools.partial(load_sub, self.name, cmd_name))
 
 
 @functools.cache
@@ -182,4 +173,4 @@ class LazyGroup(TyperGroup):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in COMMANDS:
             return None
-        return LazyCommand(cmd_name, COMMANDS[cmd_name][1])
+        return LazyCommand(cmd_name, COMMANDS[cmd_name][1], functools.partial(load, cmd_name))
