@@ -15,9 +15,14 @@ import functools
 import importlib
 from collections.abc import Callable
 
-import click
 import typer
-from typer.core import TyperGroup
+from typer import Context
+from typer.core import TyperCommand, TyperGroup
+
+# Only typer's public names: typer 0.29 and later run on a click of their own and no longer
+# install click, so this module names no click class.
+Command = TyperCommand | TyperGroup
+"""What a loader returns: a converted typer command or group."""
 
 
 def new_app(**kwargs) -> typer.Typer:
@@ -33,18 +38,18 @@ def _holder() -> typer.Typer:
     return holder
 
 
-def _command(module: str) -> Callable[[], click.Command]:
+def _command(module: str) -> Callable[[], Command]:
     """A loader for a command that `meshplan.cli.<module>.register(app)` adds to an app."""
-    def load() -> click.Command:
+    def load() -> Command:
         holder = _holder()
         importlib.import_module(f"meshplan.cli.{module}").register(holder)
         return typer.main.get_command(holder).commands[module]
     return load
 
 
-def _group(name: str, attr: str, *modules: str) -> Callable[[], click.Command]:
+def _group(name: str, attr: str, *modules: str) -> Callable[[], Command]:
     """A loader for the typer sub-app `attr` of modules[0], which modules[1:] add commands to."""
-    def load() -> click.Command:
+    def load() -> Command:
         loaded = [importlib.import_module(f"meshplan.cli.{m}") for m in modules]
         for extra in loaded[1:]:
             extra.register(None)
@@ -54,7 +59,7 @@ def _group(name: str, attr: str, *modules: str) -> Callable[[], click.Command]:
     return load
 
 
-COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
+COMMANDS: dict[str, tuple[Callable[[], Command], str]] = {
     "validate": (_command("validate"),
                  "Predict every record's measured quantities and print the errors and a summary."),
     "calibrate": (_command("calibrate"),
@@ -78,16 +83,16 @@ COMMANDS: dict[str, tuple[Callable[[], click.Command], str]] = {
 
 
 @functools.cache
-def load(name: str) -> click.Command:
+def load(name: str) -> Command:
     """The real click command of root command `name`, imported once."""
     return COMMANDS[name][0]()
 
 
-class LazyCommand(click.Command):
+class LazyCommand(TyperCommand):
     """Stands for a command on its group's help page; parsing it hands over to the real command,
     which `load()` imports and converts."""
 
-    def __init__(self, name: str, short_help: str, load: Callable[[], click.Command]):
+    def __init__(self, name: str, short_help: str, load: Callable[[], Command]):
         super().__init__(name=name, help=short_help, short_help=short_help)
         self.load = load
 
@@ -123,7 +128,7 @@ SUBCOMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
 defines it, the short help the group's page shows))."""
 
 
-def _lazy_group(name: str) -> click.Group:
+def _lazy_group(name: str) -> TyperGroup:
     """The `name` group, its sub-commands imported on first use."""
     return LazySubGroup(name=name, help=COMMANDS[name][1], no_args_is_help=True,
                         rich_markup_mode=None)
@@ -133,10 +138,10 @@ class LazySubGroup(TyperGroup):
     """A group of `SUBCOMMANDS`: lists them without importing; parsing one imports its module and
     converts that command alone."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return list(SUBCOMMANDS[self.name][1])
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         table = SUBCOMMANDS[self.name][1]
         if cmd_name not in table:
             return None
@@ -145,7 +150,7 @@ class LazySubGroup(TyperGroup):
 
 
 @functools.cache
-def load_sub(group: str, name: str) -> click.Command:
+def load_sub(group: str, name: str) -> Command:
     """The real click command of `group name`, imported and converted once."""
     attr, table = SUBCOMMANDS[group]
     app = getattr(importlib.import_module(f"meshplan.cli.{group}"), attr)
@@ -167,10 +172,10 @@ def _registered(module: str) -> None:
 class LazyGroup(TyperGroup):
     """The root group: commands from COMMANDS, each imported on first use."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
         if cmd_name not in COMMANDS:
             return None
         return LazyCommand(cmd_name, COMMANDS[cmd_name][1], functools.partial(load, cmd_name))
