@@ -3,6 +3,7 @@ use (meshplan.cli.lazy), so a help page or a catalog listing starts without the 
 
 from __future__ import annotations
 
+import typer
 
 from meshplan.cli.lazy import LazyGroup, new_app
 
@@ -15,6 +16,15 @@ app = new_app(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from meshplan import __version__
+
+        print(f"meshplan {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def root() -> None:
+def root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
     """Predict and plan LLM training runs and serving deployments on GPU clusters."""
