@@ -5,15 +5,15 @@ tests/test_memory_records.py holds the same rows to a bound. Run: python benchma
 
 from __future__ import annotations
 
-from pathlib import Path
 
+from meshplan.records import CALIBRATION
 from meshplan.validate.memory_records import memory_rows
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats
 
 import readme_blocks  # benchmarks/readme_blocks.py
 
-RECORDS = Path(__file__).resolve().parents[2] / "shared" / "run-records" / "training-calibration.yaml"
+RECORDS = CALIBRATION["training"]
 
 
 def main() -> None:

@@ -7,8 +7,8 @@ Run: python benchmarks/plan_sanity.py"""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
+from meshplan.records import CALIBRATION
 from meshplan.training.choose import best_plan
 from meshplan.training.search import search
 from meshplan.validate.records import load_records
@@ -16,7 +16,7 @@ from meshplan.validate.training_records import training_case
 
 import readme_blocks  # benchmarks/readme_blocks.py
 
-RECORDS = Path(__file__).resolve().parents[1].parent / "shared" / "run-records" / "training-calibration.yaml"
+RECORDS = CALIBRATION["training"]
 SEARCHABLE = ("megatron", "nemo", "torchtitan", "deepspeed")
 
 

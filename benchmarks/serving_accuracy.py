@@ -16,13 +16,14 @@ from pathlib import Path
 import yaml
 
 from meshplan import calibrate_serving as cs
+from meshplan.records import CALIBRATION
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats
 
 import diagnoses  # benchmarks/diagnoses.py
 import readme_blocks  # benchmarks/readme_blocks.py
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "run-records" / "serving-calibration.yaml"
+DEFAULT = CALIBRATION["serving"]
 
 DIAGNOSES = [
     (r"gh200.*-tp2-", "GH200 TP2: measured below TP1 on several shapes although TP2 has ~5x the KV "

@@ -22,7 +22,6 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
 import readme_blocks  # benchmarks/readme_blocks.py
 
@@ -31,12 +30,12 @@ import meshplan.serving.deployment as deployment
 import meshplan.training.constants as training_constants
 from meshplan import calibrate as cal
 from meshplan import calibrate_serving as cs
+from meshplan.records import CALIBRATION
 from meshplan.site import use_site
 from meshplan.site_fit import Runs, fit_site, prepare, run_errors
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "run-records"
 KS = (1, 3, 5)
 MIN_RUNS = 6
 MAX_HELD = 12
@@ -96,7 +95,7 @@ GH200 TP2 rows): such runs are set aside here and counted."""
 
 
 def run_kind(kind: str, draws: int, rng: random.Random) -> tuple[dict, int]:
-    every = load_records(SHARED / f"{kind}-calibration.yaml")
+    every = load_records(CALIBRATION[kind])
     records = [r for r in every if FLAGGED not in (r.notes or "")]
     if kind == "training":
         cases = cal.prepare(records)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import sys
 import time
 from importlib import resources
-from pathlib import Path
 
 import yaml
 
 from meshplan import calibrate as cal
+from meshplan.records import CALIBRATION
 from meshplan.training.constants import _fitted
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats, training_rows
@@ -22,7 +22,7 @@ from meshplan.validate.run import error_stats, training_rows
 import diagnoses  # benchmarks/diagnoses.py
 import readme_blocks  # benchmarks/readme_blocks.py
 
-RECORDS = Path(__file__).resolve().parents[1].parent / "shared" / "run-records" / "training-calibration.yaml"
+RECORDS = CALIBRATION["training"]
 
 DIAGNOSES = [
     (r"gpt-oss", "gpt-oss: sinks, 128-token sliding windows and the clamped SwiGLU are not in the "

@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 
 from meshplan import calibrate as cal
+from meshplan.records import HELD_OUT
 from meshplan.training.constants import _fitted
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats
 
 import readme_blocks  # benchmarks/readme_blocks.py
 
-HOLDOUT = Path(__file__).resolve().parent / "data" / "megatron-bridge-holdout.yaml"
+HOLDOUT = HELD_OUT / "megatron-bridge.yaml"
 
 
 def grouped(title: str, keyed: list[tuple[str, float]]) -> None:

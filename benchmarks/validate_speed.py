@@ -11,10 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+from meshplan.records import CALIBRATION
+
 import readme_blocks  # benchmarks/readme_blocks.py
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "run-records"
-FILES = {"training": SHARED / "training-calibration.yaml", "serving": SHARED / "serving-calibration.yaml"}
+FILES = CALIBRATION
 
 
 def wall(path: Path, workers: int) -> float:

@@ -35,10 +35,10 @@ from scipy.optimize import least_squares
 
 from meshplan.costs.comm import bus_bandwidth, collective_time, family_constants, p2p_time
 from meshplan.costs.placement import group_placement
+from meshplan.records import MICROBENCH
 from meshplan.hardware import Cluster
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-RECORDS = SHARED / "run-records" / "hardware-microbench.yaml"
+RECORDS = MICROBENCH
 UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 GIB, GBPS = 2**30, 1e9
 PRIORS = {"latency_intra_s": 3.4e-6, "latency_inter_s": 9.6e-6, "half_bandwidth_bytes": 2**19}

@@ -1,4 +1,4 @@
-"""Shared fixtures: paths to the shared run records and small model configs."""
+"""Shared fixtures: paths to the packaged run records and small model configs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+RECORDS = REPO / "src" / "meshplan" / "records"
+"""The run records the package ships (meshplan.records): the repository holds its own data."""
 
 # Parsed packaged YAML (meshplan.yamlread's cache) goes to a folder of this test run, not the
 # user's ~/.cache; subprocesses the tests start inherit it.

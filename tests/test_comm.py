@@ -1,7 +1,7 @@
 """Collective and point-to-point times against the microbenchmark records they were built on.
 
-Records: ../shared/run-records/hardware-microbench.yaml (values copied here with their ids so
-the default run needs no checkout of ../shared; test_record_copies_match checks the copies).
+Records: src/meshplan/records/hardware-microbench.yaml (values copied here with their ids, so a
+reader sees them beside the assertions; test_record_copies_match checks the copies).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 
 REPO = Path(__file__).resolve().parents[1]
-MICROBENCH = REPO.parent / "shared" / "run-records" / "hardware-microbench.yaml"
+MICROBENCH = REPO / "src" / "meshplan" / "records" / "hardware-microbench.yaml"
 MIB, GIB, GB = 2**20, 2**30, 1e9
 B200_4NODES = {64 * MIB: 156.74, 1 * GIB: 361.99, 16 * GIB: 381.8}
 """allreduce-busbw-aws-p6-b200-4nodes: busbw GB/s by payload (32 B200, 8x EFA v4 per node)."""
@@ -178,7 +178,6 @@ def test_constants_rows_are_complete_and_sourced() -> None:
         family_constants("nvidia-volta")
 
 
-@pytest.mark.skipif(not MICROBENCH.exists(), reason="../shared not checked out")
 def test_record_copies_match() -> None:
     records = {r["id"]: r for r in yaml.safe_load(MICROBENCH.read_text())["records"]}
     table = dict(records["allreduce-busbw-aws-p6-b200-4nodes"]["measured"]["busbw_GBps_by_payload"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
@@ -18,29 +17,17 @@ from meshplan.hardware import (
     list_interconnects,
 )
 from meshplan.hardware.catalog import _read_rows, parse_gpu_rows
+from tests.conftest import RECORDS as RUN_RECORDS
 
-RUN_RECORDS = Path(__file__).resolve().parents[1].parent / "shared" / "run-records"
 MIB = 2**20
 GIB = 2**30
-
-# SCHEMA.md "GPU names", used when ../shared is not checked out next to the repo.
-SCHEMA_GPU_NAMES = (
-    "v100-sxm2-32gb", "a100-sxm-40gb", "a100-sxm-80gb", "a100-pcie-80gb", "a800-sxm-80gb",
-    "h100-sxm-80gb", "h100-sxm-96gb", "h100-pcie-80gb", "h100-nvl-94gb", "h800-sxm-80gb",
-    "h200-sxm-141gb", "gh200-96gb", "gh200-144gb", "b200-180gb", "gb200-186gb", "b300-288gb",
-    "gb300-288gb", "l40s-48gb", "rtx-pro-6000-96gb", "mi250x-gcd-64gb", "mi300x-192gb",
-    "mi325x-256gb", "mi355x-288gb",
-)
 
 GPUS = list_gpus()
 
 
 def schema_gpu_names() -> list[str]:
-    """The names in SCHEMA.md's "GPU names" section, or the hard-coded copy."""
-    schema = RUN_RECORDS / "SCHEMA.md"
-    if not schema.exists():
-        return list(SCHEMA_GPU_NAMES)
-    section = schema.read_text().split("## GPU names", 1)[1].split("\n## ", 1)[0]
+    """The names in SCHEMA.md's "GPU names" section."""
+    section = (RUN_RECORDS / "SCHEMA.md").read_text().split("## GPU names", 1)[1].split("\n## ", 1)[0]
     names = re.findall(r"`([a-z0-9][a-z0-9.-]*-\d+gb)`", section)
     assert len(names) >= 20, "could not parse SCHEMA.md's GPU names"
     return names
@@ -49,7 +36,7 @@ def schema_gpu_names() -> list[str]:
 def record_hardware() -> list[tuple[str, dict]]:
     """(record id, hardware mapping) for every run record that names a catalog GPU."""
     out = []
-    for path in sorted(RUN_RECORDS.glob("*.yaml")):
+    for path in sorted(RUN_RECORDS.rglob("*.yaml")):
         for record in yaml.safe_load(path.read_text()).get("records", []):
             hardware = record.get("hardware") or {}
             if "gpu" in hardware:
@@ -65,11 +52,6 @@ def test_every_schema_gpu_name_is_in_the_catalog(name: str) -> None:
     assert get_gpu(name).name == name
 
 
-def test_hard_coded_schema_list_matches_the_catalog() -> None:
-    assert set(SCHEMA_GPU_NAMES) <= {g.name for g in GPUS}
-
-
-@pytest.mark.skipif(not RUN_RECORDS.exists(), reason="../shared/run-records not present")
 def test_every_record_hardware_builds_a_cluster() -> None:
     records = record_hardware()
     assert records
@@ -171,8 +153,6 @@ def test_mi250x_gcd_is_half_a_package() -> None:
     assert gcd.hbm_bandwidth_bytes_per_s * 2 == pytest.approx(3.2768e12)
 
 
-@pytest.mark.skipif(not (RUN_RECORDS / "hardware-microbench.yaml").exists(),
-                    reason="../shared/run-records not present")
 def test_peaks_match_microbench_theoretical_values() -> None:
     """The MAMF table in hardware-microbench.yaml quotes each part's dense bf16/fp8 peak."""
     accelerators = {

@@ -1,4 +1,4 @@
-"""Predicted peak memory against the published runs in ../shared/run-records (a printed table).
+"""Predicted peak memory against the published runs in the packaged run records (src/meshplan/records) (a printed table).
 
 Source of every measured figure: the record's `source` (torchtitan benchmark tables, a NeMo
 log). The bound is a little above the current median error so a regression fails; the per-record
@@ -13,16 +13,14 @@ import pytest
 
 from meshplan.validate.memory_records import memory_rows
 from meshplan.validate.records import load_records
-from tests.conftest import SHARED
+from tests.conftest import RECORDS
 
-CALIBRATION = SHARED / "run-records" / "training-calibration.yaml"
+CALIBRATION = RECORDS / "training-calibration.yaml"
 MEDIAN_BOUND = 0.10
 
 
 @pytest.fixture(scope="module")
 def rows():
-    if not CALIBRATION.exists():
-        pytest.skip("../shared/run-records is not beside this checkout")
     return memory_rows(load_records(CALIBRATION))
 
 

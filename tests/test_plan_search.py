@@ -140,11 +140,9 @@ def test_search_matches_or_beats_published_layouts(record_id):
     from meshplan.training.choose import best_plan
     from meshplan.validate.records import load_records
     from meshplan.validate.training_records import training_case
-    from tests.conftest import SHARED
+    from tests.conftest import RECORDS
 
-    path = SHARED / "run-records" / "training-calibration.yaml"
-    if not path.exists():
-        pytest.skip("../shared/run-records not beside this checkout")
+    path = RECORDS / "training-calibration.yaml"
     record = next(r for r in load_records(path) if r.id == record_id)
     case = training_case(record)
     published = best_plan(case.plan, case.model, case.cluster)

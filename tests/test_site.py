@@ -15,7 +15,8 @@ from meshplan.cli.app import app
 from meshplan.errors import ConfigError
 from meshplan.site import active_site, load_site, site_path, use_site
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "run-records"
+from tests.conftest import RECORDS
+
 runner = CliRunner()
 ESTIMATE = ["train", "estimate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb", "--num-gpus", "8",
             "--global-batch-size", "64", "--seq-len", "8192", "--recompute", "full", "--json"]
@@ -31,7 +32,7 @@ def config_dir(tmp_path, monkeypatch):
 
 def records_file(tmp_path, prefix: str, kind: str = "training", n: int = 3, edit=None) -> Path:
     """A run-record file with the first `n` calibration records whose id starts with `prefix`."""
-    data = yaml.safe_load((SHARED / f"{kind}-calibration.yaml").read_text())
+    data = yaml.safe_load((RECORDS / f"{kind}-calibration.yaml").read_text())
     records = [r for r in data["records"] if r["id"].startswith(prefix)][:n]
     if edit:
         edit(records)

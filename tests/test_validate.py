@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from meshplan.cli.app import app
-from tests.conftest import SHARED
+from tests.conftest import RECORDS
 
 runner = CliRunner()
-CALIBRATION = SHARED / "run-records" / "training-calibration.yaml"
+CALIBRATION = RECORDS / "training-calibration.yaml"
 
 TRAINING = {
     "id": "t1", "kind": "training", "source": {"name": "test"},
@@ -97,7 +96,6 @@ def test_unrepresentable_record_is_skipped_with_its_reason(tmp_path):
     assert "tp=3" in data["skipped"][0]["reason"]
 
 
-@pytest.mark.skipif(not CALIBRATION.exists(), reason="../shared/run-records not beside this checkout")
 def test_training_accuracy_does_not_regress():
     # Bounds a little above the measured figures (see the README's accuracy table).
     data = json.loads(runner.invoke(app, ["validate", str(CALIBRATION), "--json"]).stdout)
@@ -107,10 +105,9 @@ def test_training_accuracy_does_not_regress():
     assert len(data["skipped"]) <= 0.05 * 102
 
 
-SERVING_CALIBRATION = SHARED / "run-records" / "serving-calibration.yaml"
+SERVING_CALIBRATION = RECORDS / "serving-calibration.yaml"
 
 
-@pytest.mark.skipif(not SERVING_CALIBRATION.exists(), reason="../shared/run-records not beside this checkout")
 def test_serving_accuracy_does_not_regress():
     # Every tenth serving record (52 throughput values, ~20 s). Measured on this subset with the
     # fitted constants: median |err| of output tokens/s 6.3%, 84.6% of records within 25% (the
@@ -191,8 +188,7 @@ def test_parallel_validation_gives_the_serial_rows_in_order():
     from meshplan.validate.records import load_records
     from meshplan.validate.run import predict
 
-    shared = Path(__file__).resolve().parents[2] / "shared" / "run-records"
-    records = load_records(shared / "training-calibration.yaml")[:6]
+    records = load_records(RECORDS / "training-calibration.yaml")[:6]
     serial, serial_skips = predict(records)
     parallel, parallel_skips = predict(records, workers=2)
     assert parallel == serial and parallel_skips == serial_skips

@@ -17,7 +17,7 @@ from meshplan.userfiles import parse_yaml
 from meshplan.yamlread import MAX_DEPTH, load_packaged, load_user, nests_deeper_than
 
 PACKAGED = sorted(Path(meshplan.__file__).parent.rglob("*.yaml"))
-RECORDS = sorted((Path(__file__).parents[2] / "shared" / "run-records").glob("*.yaml"))
+RECORDS = sorted(Path(meshplan.__file__).parent.joinpath("records").rglob("*.yaml"))
 
 
 def test_there_is_packaged_yaml():

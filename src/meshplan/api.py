@@ -133,7 +133,7 @@ def validate_records(records, *, site=None):
 
 
 def validation_report(rows, skipped) -> dict:
-    """The `meshplan validate --json` object (run-records/SCHEMA.md): every row, the skips and
+    """The `meshplan validate --json` object (meshplan/records/SCHEMA.md): every row, the skips and
     the median / p90 absolute error overall, per kind and per metric."""
     from meshplan.validate.run import report
 

@@ -10,12 +10,14 @@ import yaml
 from meshplan import calibrate as cal
 from meshplan.cli.common import QUIET, console, progress, show_progress, user_errors
 from meshplan.errors import ConfigError
+from meshplan.records import with_set
 from meshplan.validate.records import load_records
 
 
-
 def calibrate(
-    files: list[Path] = typer.Argument(..., help="Run-record YAML files to fit on (training and/or serving)."),
+    files: list[Path] = typer.Argument(None, help="Run-record YAML files to fit on (training or serving)."),
+    records_set: str = typer.Option(None, "--records", help="Fit on a record set the package ships: "
+                                    "training or serving (the calibration records)."),
     site: str = typer.Option(None, "--site", help="Fit a site profile NAME on your own runs (a few "
                              "multipliers on the packaged model) and save it to the config directory "
                              "(or --out); use it with --site NAME on any predicting command."),
@@ -31,6 +33,9 @@ def calibrate(
     records. Least squares on the log error of tokens/s per GPU (training) or of every measured
     metric (serving); writes them with their fit record (date, inputs, in-sample and LOSO
     errors) to --out."""
+    files = with_set(files, records_set)
+    if not files:
+        raise ConfigError("give run-record files to fit on, or --records training|serving")
     if site is not None:
         return _calibrate_site(files, site, out, quiet)
     if out is None:

@@ -1,4 +1,5 @@
-"""`meshplan validate FILE...`: measured vs predicted for every run record, and the summary."""
+"""`meshplan validate [FILE...]`: measured vs predicted for every run record, and the summary.
+With no file it checks the calibration records the package ships (`--records builtin`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.table import Table
 
 from meshplan.cli import html_option
 from meshplan.cli.common import QUIET, console, err_console, print_json, progress, show_progress, user_errors, with_site
+from meshplan.records import with_set
 from meshplan.validate.records import read_records
 from meshplan.validate.run import Skip, predict, report, stats_line
 
@@ -19,7 +21,11 @@ UNITS = {"tokens_per_s_per_gpu": ("tok/s/GPU", 1.0), "step_time_s": ("s", 1.0),
 
 
 def validate(
-    files: list[Path] = typer.Argument(..., help="Run-record YAML files (SCHEMA.md format)."),
+    files: list[Path] = typer.Argument(None, help="Run-record YAML files (SCHEMA.md format); "
+                                       "none: the built-in calibration records."),
+    records_set: str = typer.Option(None, "--records", help="A record set the package ships: "
+                                    "builtin (the training and serving calibration records), "
+                                    "training, serving, held-out (never fitted on), all."),
     json_out: bool = typer.Option(False, "--json", help="Print the SCHEMA.md JSON report."),
     quiet: bool = QUIET,
     strict: bool = typer.Option(False, "--strict", help="Stop at the first record that breaks the "
@@ -33,7 +39,7 @@ def validate(
     given = html_option.inputs(dict(locals()))
     html_option.check(html)
     records, bad = [], []
-    for path in files:
+    for path in with_set(files, records_set, default="builtin"):
         good, skipped = read_records(path, strict=strict)
         records += good
         bad += [Skip(rid, reason) for rid, reason in skipped]

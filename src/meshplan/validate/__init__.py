@@ -1,1 +1,1 @@
-"""Validation against measured run records (../shared/run-records/SCHEMA.md)."""
+"""Validation against measured run records (src/meshplan/records/SCHEMA.md)."""

@@ -33,7 +33,7 @@ DEFAULT_SOURCE = "my cluster"
 FLAGS = {"seq_length": "--seq-len", "workload": "--bench-command", "mode": "--bench-command",
          "range_ratio": "--bench-command", "burstiness": "--bench-command"}
 """Schema keys whose command-line flag is not the key with dashes."""
-NEW_FILE = "# Run records (format: SCHEMA.md), written by `meshplan record`.\nschema: 1\nrecords:\n"
+NEW_FILE = "# Run records (format: meshplan/records/SCHEMA.md, shipped with meshplan), written by `meshplan record`.\nschema: 1\nrecords:\n"
 
 
 def _compact(values: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The run-record format of ../shared/run-records/SCHEMA.md as strict pydantic models.
+"""The run-record format of meshplan/records/SCHEMA.md as strict pydantic models.
 
 Unknown keys are errors (typo safety) except inside `source` and `notes`; `model` is a catalog
 name or a free-form Hugging Face config mapping.
