@@ -101,3 +101,16 @@ def test_the_cache_can_be_turned_off_and_an_unwritable_one_is_passed_over(tmp_pa
     monkeypatch.setenv("MESHPLAN_CACHE_DIR", str(blocker / "cache"))
     assert load_packaged("a: 1\n") == {"a": 1}
     assert not any(tmp_path.rglob("parsed-*"))
+
+
+def test_the_parsers_own_nesting_limit_reads_as_ours(monkeypatch):
+    # PyYAML 6.0.4 refuses deep flow nesting itself (a ScannerError), before our own count.
+    import meshplan.yamlread as yr
+
+    def refuse(text):
+        raise yaml.scanner.ScannerError("while increasing flow level", None,
+                                        "exceeded maximum nesting depth", None)
+
+    monkeypatch.setattr(yr, "load_user", refuse)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        parse_yaml("[[1]]", "deep.yaml")

@@ -56,6 +56,8 @@ def parse_yaml(text: str, where: str) -> Any:
     try:
         return load_user(text)
     except yaml.YAMLError as exc:
+        if "nesting depth" in str(getattr(exc, "problem", "")):  # the parser's own limit (PyYAML 6.0.4)
+            raise ConfigError(f"{where}: YAML nested too deeply") from None
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
