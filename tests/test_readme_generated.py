@@ -104,3 +104,16 @@ def test_rewrite_pages_finds_each_block_where_it_is(tmp_path):
     assert rb.rewrite_pages(results, tmp_path) == [page]
     assert "1.00 ms (median of 3)" in page.read_text()
     assert rb.rewrite_pages(results, tmp_path) == []
+
+
+def test_save_writes_the_result_and_rerenders_the_page_that_quotes_it(tmp_path, monkeypatch, capsys):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("no blocks\n")
+    page = tmp_path / "docs" / "speed.md"
+    page.write_text("<!-- BEGIN GENERATED: estimate_speed -->\nstale\n<!-- END GENERATED: estimate_speed -->\n")
+    monkeypatch.setattr(rb, "RESULTS", tmp_path / "results")
+    rb.save("estimate_speed", {"case": "a case", "runs": 3, "median_ms_without_memory": 1.0,
+                               "median_ms_with_memory": 2.0}, root=tmp_path)
+    assert (tmp_path / "results" / "estimate_speed.json").is_file()
+    assert "1.00 ms (median of 3)" in page.read_text()
+    assert "docs/speed.md" in capsys.readouterr().out
