@@ -213,8 +213,9 @@ def render_validated_against(acc: dict, holdout: dict, mem: dict, serving: dict)
     mix = ", ".join(f"{n} {e}" for e, n in sorted(engines.items(), key=lambda kv: -kv[1]))
     rows = [
         ["training tokens/s per GPU", f"{t['n']} published runs from {len(acc['by_source'])} sources "
-         "(fitted on)", *med_p90(t)],
-        ["the same, each source left out of the fit", f"{loso['n']} runs", *med_p90(loso)],
+         "(the constants are fitted on them)", *med_p90(t)],
+        ["training tokens/s per GPU, each source left out of the fit", f"the same {loso['n']} runs",
+         *med_p90(loso)],
         ["training tokens/s per GPU, held out",
          f"{holdout['summary']['n']} Megatron-Bridge runs never fitted on", *med_p90(holdout["summary"])],
         ["training step time", f"{m['step_time_s']['n']} runs that publish it", *med_p90(m["step_time_s"])],
