@@ -1,5 +1,5 @@
 """Speed of one step-time estimate (the issue's bound: <= 5 ms for a 126-layer model with
-interleaved pipeline parallelism). Saves benchmarks/results/estimate_speed.json and rewrites the README
+interleaved pipeline parallelism). Saves benchmarks/results/estimate_speed.json and re-renders the page
 block that quotes it. Run: python benchmarks/estimate_speed.py"""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Predicted peak memory against the training records that measured it (the allocator peak, as the
 sources' tools report it), with the plan resolved as `train memory` resolves it. Prints the table,
-saves it to benchmarks/results/memory_accuracy.json and rewrites the README block that quotes it.
+saves it to benchmarks/results/memory_accuracy.json and re-renders the page block that quotes it.
 tests/test_memory_records.py holds the same rows to a bound. Run: python benchmarks/memory_accuracy.py"""
 
 from __future__ import annotations

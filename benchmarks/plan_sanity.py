@@ -1,7 +1,7 @@
 """Sanity of the plan search against published practice: for each training record, does the
 plan meshplan picks (same framework, GPUs, sequence and batch) predict at least the throughput
 of the published layout, and where does the published layout rank among the searched plans?
-Saves benchmarks/results/plan_sanity.json and rewrites the README block that quotes it.
+Saves benchmarks/results/plan_sanity.json and re-renders the page block that quotes it.
 Run: python benchmarks/plan_sanity.py"""
 
 from __future__ import annotations

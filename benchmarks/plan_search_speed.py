@@ -5,7 +5,7 @@ in-process). Each search is timed in one process (`workers=1`), and shared with 
 worker (`workers=2`, the default of `train plan` and of the library on a 2-core machine). Each
 search runs in a fresh process (a second search in one process reuses the first one's caches)
 and the median of RUNS is reported, since single timings on a shared 2-core machine swing by a
-third. Saves benchmarks/results/plan_search_speed.json and rewrites the README block that quotes
+third. Saves benchmarks/results/plan_search_speed.json and re-renders the page block that quotes
 it. Run: python benchmarks/plan_search_speed.py"""
 
 from __future__ import annotations

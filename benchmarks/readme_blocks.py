@@ -1,9 +1,11 @@
-"""The README's generated blocks: each benchmark saves its figures to benchmarks/results/NAME.json
-and this module rewrites the README text between `<!-- BEGIN GENERATED: block -->` and
-`<!-- END GENERATED: block -->` from those files (`python benchmarks/readme_blocks.py` re-renders
-them all without running a benchmark). tests/test_readme_generated.py re-renders every
-block from the committed files and fails when README.md differs, so a quoted figure is always
-the one a benchmark printed. Rendering is pure formatting: no figure is computed here.
+"""The generated blocks of the README and the documentation pages: each benchmark saves its
+figures to benchmarks/results/NAME.json and this module rewrites the text between
+`<!-- BEGIN GENERATED: block -->` and `<!-- END GENERATED: block -->` from those files, in
+whichever of README.md and docs/**/*.md holds the block (each block stands in exactly one of
+them; `python benchmarks/readme_blocks.py` re-renders them all without running a benchmark).
+tests/test_readme_generated.py re-renders every block from the committed files and fails when
+a page differs, so a quoted figure is always the one a benchmark printed. Rendering is pure
+formatting: no figure is computed here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-README = HERE.parent / "README.md"
+ROOT = HERE.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 MARKER = re.compile(r"^(<!-- BEGIN GENERATED: ([\w-]+) -->\n)(.*?)^(<!-- END GENERATED: \2 -->)$", re.S | re.M)
 """A generated block: its markers stand on lines of their own."""
 
@@ -201,9 +205,35 @@ def render_ui_load(d: dict) -> str:
             f"meanwhile answer in p50 {during['p50_s'] * 1e3:.0f} ms, p99 {during['p99_s'] * 1e3:.0f} ms.\n")
 
 
+def render_validated_against(acc: dict, holdout: dict, mem: dict, serving: dict) -> str:
+    """The README's one table: each predicted quantity, what it was measured against, the error."""
+    t, loso, m = acc["tokens_per_s_per_gpu"], acc["leave_one_source_out"], acc["by_metric"]
+    measured = [r for r in mem["rows"] if r["measured_gib"] is not None]
+    out, engines = serving["by_metric"]["output_tokens_per_s"], serving["engines"]
+    mix = ", ".join(f"{n} {e}" for e, n in sorted(engines.items(), key=lambda kv: -kv[1]))
+    rows = [
+        ["training tokens/s per GPU", f"{t['n']} published runs from {len(acc['by_source'])} sources "
+         "(the constants are fitted on them)", *med_p90(t)],
+        ["training tokens/s per GPU, each source left out of the fit", f"the same {loso['n']} runs",
+         *med_p90(loso)],
+        ["training tokens/s per GPU, held out",
+         f"{holdout['summary']['n']} Megatron-Bridge runs never fitted on", *med_p90(holdout["summary"])],
+        ["training step time", f"{m['step_time_s']['n']} runs that publish it", *med_p90(m["step_time_s"])],
+        ["peak memory per GPU", f"{len(measured)} runs that measured it", pct(mem["median_abs_rel_error"]),
+         pct(mem["p90_abs_rel_error"])],
+        ["serving output tokens/s", f"{out['n']} values of {serving['simulated']} published benchmarks "
+         f"({mix}) on {len(serving['by_gpu'])} GPU models", *med_p90(out)],
+        ["serving, every published metric, each source left out",
+         f"{serving['leave_one_source_out']['n']} values from {len(serving['by_source'])} sources",
+         *med_p90(serving["leave_one_source_out"])],
+    ]
+    return _table(["predicted", "measured in", "median abs. error", "p90 abs. error"],
+                  ["---", "---", "---:", "---:"], rows) + "\n"
+
+
 @dataclass(frozen=True, slots=True)
 class Block:
-    """A README block: the result files it is rendered from and the scripts that write them."""
+    """A generated block: the result files it is rendered from and the scripts that write them."""
 
     sources: tuple[str, ...]
     render: Callable[..., str]
@@ -213,6 +243,8 @@ class Block:
 
 
 BLOCKS: dict[str, Block] = {
+    "validated_against": Block(("training_accuracy", "training_holdout", "memory_accuracy", "serving_accuracy"),
+                               render_validated_against),
     "training_accuracy": Block(("training_accuracy", "training_holdout"), render_training_accuracy),
     "memory_accuracy": Block(("memory_accuracy",), render_memory_accuracy),
     "serving_accuracy": Block(("serving_accuracy",), render_serving_accuracy),
@@ -243,7 +275,7 @@ def render(name: str, results: Path = RESULTS) -> str | None:
 
 
 def rewrite(text: str, results: Path = RESULTS) -> str:
-    """README text with every known block re-rendered (blocks without results are kept)."""
+    """A page's text with every known block re-rendered (blocks without results are kept)."""
     def sub(m: re.Match) -> str:
         name = m.group(2)
         body = render(name, results) if name in BLOCKS else None
@@ -252,27 +284,54 @@ def rewrite(text: str, results: Path = RESULTS) -> str:
 
 
 def blocks_in(text: str) -> dict[str, str]:
-    """Name -> current body of every generated block in a README text."""
+    """Name -> current body of every generated block in a page's text."""
     return {m.group(2): m.group(3) for m in MARKER.finditer(text)}
 
 
-def save(name: str, data: dict, readme: Path = README) -> None:
-    """Write a benchmark's result file and re-render the README blocks that use it."""
+def pages(root: Path = ROOT) -> list[Path]:
+    """The files that may hold generated blocks: README.md and every docs/**/*.md."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+
+
+def locate(root: Path = ROOT) -> dict[str, Path]:
+    """Block name -> the page that holds it; a block found in two places is an error."""
+    found: dict[str, Path] = {}
+    for page in pages(root):
+        for m in MARKER.finditer(page.read_text()):
+            name = m.group(2)
+            if name in found:
+                raise ValueError(f"generated block {name!r} is in {found[name]} and in {page}")
+            found[name] = page
+    return found
+
+
+def rewrite_pages(results: Path = RESULTS, root: Path = ROOT) -> list[Path]:
+    """Re-render every block of every page from the result files; the pages that changed."""
+    locate(root)  # refuse duplicated blocks before writing anything
+    changed = []
+    for page in pages(root):
+        text = page.read_text()
+        new = rewrite(text, results)
+        if new != text:
+            page.write_text(new)
+            changed.append(page)
+    return changed
+
+
+def save(name: str, data: dict, root: Path = ROOT) -> None:
+    """Write a benchmark's result file and re-render the blocks that quote it, wherever they are."""
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
-    text = readme.read_text()
-    new = rewrite(text)
-    if new != text:
-        readme.write_text(new)
-    print(f"wrote benchmarks/results/{name}.json and the README blocks that quote it")
+    changed = rewrite_pages(RESULTS, root)
+    where = ", ".join(str(p.relative_to(root)) for p in changed) or "no page changed"
+    print(f"wrote benchmarks/results/{name}.json and re-rendered the blocks that quote it ({where})")
 
 
 def main() -> None:
-    """Re-render every README block from the committed result files (no benchmark is run)."""
-    text = README.read_text()
-    new = rewrite(text)
-    README.write_text(new)
-    print("README blocks " + ("rewritten" if new != text else "already current"))
+    """Re-render every generated block from the committed result files (no benchmark is run)."""
+    changed = rewrite_pages()
+    print("generated blocks " + ("rewritten in " + ", ".join(str(p.relative_to(ROOT)) for p in changed)
+                                 if changed else "already current"))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Accuracy of the serving simulator on the serving calibration records (in-sample with the
 fitted constants; the leave-one-source-out figure is the one `meshplan calibrate --loso` stored
 in serving/data/fitted_serving.yaml). Prints per-metric, per-source and per-GPU errors and the
-worst ten records with a diagnosis, and (on the default file) saves the figures the README
-quotes to benchmarks/results/serving_accuracy.json and its README block. Run: python benchmarks/serving_accuracy.py [FILE]"""
+worst ten records with a diagnosis, and (on the default file) saves the figures the docs
+quote to benchmarks/results/serving_accuracy.json and its page block. Run: python benchmarks/serving_accuracy.py [FILE]"""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _stored_loso() -> dict | None:
 
 
 def results(records, cases, rows) -> dict:
-    """The figures the README quotes (benchmarks/results/serving_accuracy.json)."""
+    """The figures the docs quote (benchmarks/results/serving_accuracy.json)."""
     def stats(pick) -> dict:
         return error_stats([e for fc, m, e in rows if pick(fc, m)])
     metrics = sorted({m for _, m, _ in rows})

@@ -1,6 +1,6 @@
 """Speed of `serve plan` (the issue's bound: llama-3.1-70b on up to 16 h100-sxm-80gb, Poisson
 20 req/s with ShareGPT-like lengths, SLOs P90 TTFT 2 s / P90 TPOT 100 ms: <= 60 s wall on 2
-cores). Saves benchmarks/results/serving_plan_speed.json and rewrites the README block that quotes it.
+cores). Saves benchmarks/results/serving_plan_speed.json and re-renders the page block that quotes it.
 Run: python benchmarks/serving_plan_speed.py"""
 
 from __future__ import annotations

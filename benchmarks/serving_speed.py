@@ -1,6 +1,6 @@
 """Speed of the serving simulator (the issue's bound: 100,000 requests of llama-3.1-8b on one
 h100-sxm-80gb, random 1024 in / 256 out, Poisson at ~80% of capacity, <= 20 s wall on one core).
-With the default request count, saves benchmarks/results/serving_speed.json and rewrites the README
+With the default request count, saves benchmarks/results/serving_speed.json and re-renders the page
 block that quotes it. Run: python benchmarks/serving_speed.py [--requests N]"""
 
 from __future__ import annotations

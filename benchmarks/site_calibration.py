@@ -10,7 +10,7 @@ files with at least 6 usable runs, treat the group as another lab's cluster:
 Runs whose own source flags the measurement (their notes say a fit may set them aside: the 26
 TRT-LLM 0.13 GH200 TP2 rows) are set aside and counted. Prints and saves the median and p90
 absolute error per k beside the uncalibrated figure
-(benchmarks/results/site_calibration.json, and the README block that quotes it).
+(benchmarks/results/site_calibration.json, and the page block that quotes it).
 Run: python benchmarks/site_calibration.py [--draws N] (about ten minutes on two cores)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Start-up speed of the command line (the speed issue's bounds: `meshplan --help` <= 0.3 s,
 `meshplan train estimate ...` <= 0.6 s wall): the median wall time of fresh processes. Saves
-benchmarks/results/startup_speed.json and rewrites the README block that quotes it.
+benchmarks/results/startup_speed.json and re-renders the page block that quotes it.
 Run: python benchmarks/startup_speed.py"""
 
 from __future__ import annotations

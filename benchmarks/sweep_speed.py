@@ -1,6 +1,6 @@
 """Searches per second of `train sweep` with the process pool and with Ray (a local Ray on this
 machine's cores; on a cluster pass --address): the same grid of small-model cells on both.
-Saves benchmarks/results/sweep_speed.json and rewrites the README block that quotes it.
+Saves benchmarks/results/sweep_speed.json and re-renders the page block that quotes it.
 Run: python benchmarks/sweep_speed.py [--cells N] (the issue asks for 10,000, about 20 minutes
 per backend on a two-core machine; the default is what runs in a minute)."""
 

@@ -1,8 +1,8 @@
 """Accuracy of the step-time model on the calibration records: in-sample tokens/s per GPU (also
 per source), step time and peak memory as `validate` predicts them, the leave-one-source-out
 error `calibrate --loso` stored with the fitted constants (`--loso` recomputes it per source), and
-the ten worst records with a diagnosis. Saves the figures the README quotes to
-benchmarks/results/training_accuracy.json and rewrites its README block.
+the ten worst records with a diagnosis. Saves the figures the docs quote to
+benchmarks/results/training_accuracy.json and rewrites its page block.
 Run: python benchmarks/training_accuracy.py [--loso]"""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def stored_loso() -> dict:
 
 
 def results(records, cases, errs, folds) -> dict:
-    """The figures the README quotes; per source in-sample, or leave-one-source-out with --loso."""
+    """The figures the docs quote; per source in-sample, or leave-one-source-out with --loso."""
     by_source = folds or {s: [e for e, c in zip(errs, cases) if _source(c) == s]
                           for s in sorted({_source(c) for c in cases})}
     short = {_source(c): c.record.source.get("key") or _source(c) for c in cases}

@@ -1,7 +1,7 @@
 """Generalisation of the step-time model on held-out runs: Megatron-Bridge pre-training rows
 (NeMo 26.02, 25.11, 25.09) that are not in the calibration file, predicted with the shipped
 constants. Prints overall, per-GPU and per-precision error and every record by |error|.
-On the default file, saves the summary the README quotes to benchmarks/results/training_holdout.json.
+On the default file, saves the summary the docs quote to benchmarks/results/training_holdout.json.
 Run: python benchmarks/training_holdout.py [RECORDS.yaml]"""
 
 from __future__ import annotations

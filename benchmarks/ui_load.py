@@ -2,7 +2,7 @@
 requests (50 different plans, so no answer is a repeat), then 5 concurrent training plan searches
 as background jobs, with estimates sent while they run. Prints and saves latency percentiles,
 the jobs' queueing and run times, and whether every request and job completed; saves
-benchmarks/results/ui_load.json and rewrites the README block that quotes it.
+benchmarks/results/ui_load.json and re-renders the page block that quotes it.
 
 The load generator shares the server's two cores, so its own CPU per request is added to every
 latency it measures. The timed requests therefore go through a minimal HTTP/1.1 client (one

@@ -1,6 +1,6 @@
 """Wall time of `meshplan validate` on both calibration files (the speed issue's bound: <= 60 s
 together), with the default workers (the CPU count) and with one process. Saves
-benchmarks/results/validate_speed.json and rewrites the README block that quotes it.
+benchmarks/results/validate_speed.json and re-renders the page block that quotes it.
 Run: python benchmarks/validate_speed.py"""
 
 from __future__ import annotations

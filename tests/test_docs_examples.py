@@ -1,4 +1,4 @@
-"""Every ```python block of docs/*.md runs: the blocks of one page in order, in one namespace, so
+"""Every ```python block of docs/**/*.md runs: the blocks of one page in order, in one namespace, so
 the API page cannot drift from the code. The examples use small models and few requests."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import pytest
 
 from tests.conftest import REPO
 
-PAGES = sorted((REPO / "docs").glob("*.md"))
+DOCS = REPO / "docs"
+PAGES = sorted(p for p in DOCS.rglob("*.md") if "```python" in p.read_text())
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
@@ -31,14 +32,13 @@ def test_api_page_covers_every_public_name():
     assert not missing, f"docs/api.md has no example using {missing}"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(DOCS)) for p in PAGES])
 def test_python_blocks_run(page, capsys):
     blocks = python_blocks(page.read_text())
-    assert blocks, f"{page.name} has no python block"
     namespace: dict = {"__name__": f"docs_{page.stem}"}
     for i, code in enumerate(blocks, 1):
         line = page.read_text()[: page.read_text().index(code)].count("\n") + 1
         try:
-            exec(compile(code, f"{page.name}:{line}", "exec"), namespace)
+            exec(compile(code, f"{page.relative_to(DOCS)}:{line}", "exec"), namespace)
         except Exception as exc:  # the failing block's place, then the error
-            raise AssertionError(f"docs/{page.name}, python block {i} (line {line}) failed: {exc!r}") from exc
+            raise AssertionError(f"docs/{page.relative_to(DOCS)}, python block {i} (line {line}) failed: {exc!r}") from exc

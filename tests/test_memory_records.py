@@ -2,7 +2,7 @@
 
 Source of every measured figure: the record's `source` (torchtitan benchmark tables, a NeMo
 log). The bound is a little above the current median error so a regression fails; the per-record
-errors and their diagnosis are in the README's memory section.
+errors and their diagnosis are on the docs' training memory page (docs/training/memory.md).
 """
 
 from __future__ import annotations

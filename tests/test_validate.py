@@ -97,7 +97,7 @@ def test_unrepresentable_record_is_skipped_with_its_reason(tmp_path):
 
 
 def test_training_accuracy_does_not_regress():
-    # Bounds a little above the measured figures (see the README's accuracy table).
+    # Bounds a little above the measured figures (see the accuracy table of docs/accuracy.md).
     data = json.loads(runner.invoke(app, ["validate", str(CALIBRATION), "--json"]).stdout)
     tokens = data["summary"]["by_metric"]["tokens_per_s_per_gpu"]
     assert tokens["median_abs_rel_error"] <= 0.06
