@@ -28,7 +28,7 @@ import readme_blocks  # benchmarks/readme_blocks.py
 
 import meshplan.serving.constants as serving_constants
 import meshplan.serving.deployment as deployment
-import meshplan.training.constants as training_constants
+import meshplan.training.time.constants as training_constants
 from meshplan import calibrate as cal
 from meshplan import calibrate_serving as cs
 from meshplan.site import use_site

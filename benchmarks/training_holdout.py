@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from meshplan import calibrate as cal
-from meshplan.training.constants import _fitted
+from meshplan.training.time.constants import _fitted
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats
 

@@ -27,7 +27,7 @@ from meshplan.serving.workload import WorkloadSpec, synthesize
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
 from meshplan.training.estimate import estimate_step
 from meshplan.training.estimate_report import trace_extras
-from meshplan.training.search import search
+from meshplan.training.search.plans import search
 from meshplan.validate.run import Row
 
 GIB = 2**30

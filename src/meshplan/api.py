@@ -58,7 +58,7 @@ def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: Traini
     when another thread runs in it (a web server, a notebook kernel); elsewhere 1.
     """
     from meshplan.errors import ConfigError
-    from meshplan.training.search import search
+    from meshplan.training.search.plans import search
 
     if objective not in ("throughput", "cost", "time-to-train"):
         raise ConfigError(f"objective {objective!r}: use throughput, cost or time-to-train")

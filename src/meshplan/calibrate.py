@@ -20,7 +20,7 @@ from scipy.optimize import least_squares
 
 from meshplan.costs.constants import compute_constants, upper_bound
 from meshplan.training.choose import best_plan
-from meshplan.training.constants import apply_fit
+from meshplan.training.time.constants import apply_fit
 from meshplan.training.estimate import estimate_step
 from meshplan.validate.run import error_stats
 from meshplan.validate.schema import Record

@@ -66,7 +66,7 @@ def _calibrate_training(records, names, out: Path, loso: bool, max_nfev: int) ->
     table = cal.fit(cases, max_nfev=max_nfev)
     folds = cal.leave_one_source_out(cases, table) if loso else None
     doc = cal.fit_document(table, cases, names, folds)
-    out.write_text("# Fitted by `meshplan calibrate`; read by meshplan.training.constants.\n"
+    out.write_text("# Fitted by `meshplan calibrate`; read by meshplan.training.time.constants.\n"
                    + yaml.safe_dump(doc, sort_keys=False))
     _report(doc["fit"], out)
 

@@ -17,11 +17,11 @@ from meshplan.cli.lazy import new_app
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
-from meshplan.training.memory import MemoryEstimate
+from meshplan.training.memory.total import MemoryEstimate
 from meshplan.training.choose import best_plan
 from meshplan.training.estimate import estimate_step
 from meshplan.training.estimate_report import estimate_dict, trace_extras
-from meshplan.training.memory_report import memory_dict
+from meshplan.training.memory.report import memory_dict
 
 train_app = new_app(help="Training runs: memory, step time, plan search, sweeps and launch configs.",
                         no_args_is_help=True)

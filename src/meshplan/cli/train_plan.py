@@ -12,12 +12,12 @@ from meshplan.cli.common import QUIET, console, finish, print_json, progress, sh
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.cli.train import build_plan
-from meshplan.training.capabilities import frameworks_for, schedules_for
+from meshplan.training.layout.capabilities import frameworks_for, schedules_for
 from meshplan.training.estimate import StepEstimate
-from meshplan.training.economics import economics
+from meshplan.training.search.economics import economics
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.search import OBJECTIVE_UNITS, SearchResult, search, why_winner
-from meshplan.training.search_sweep import PARALLEL_FROM, default_workers
+from meshplan.training.search.plans import OBJECTIVE_UNITS, SearchResult, search, why_winner
+from meshplan.training.search.sweep import PARALLEL_FROM, default_workers
 
 GIB = 2**30
 ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
@@ -349,7 +349,7 @@ def sweep_command(
     as tasks finish; the file ends sorted in grid order)."""
     given = html_option.inputs(dict(locals()))
     html_option.check(html)
-    from meshplan.training.sweep import run_sweep
+    from meshplan.training.search.grid import run_sweep
 
 
     if backend not in ("local", "ray"):

@@ -16,7 +16,7 @@ Progress = Callable[[int, int], None]
 def train_memory(body: dict, plots: bool = False) -> dict:
     """`train memory --json` of a TrainingRequest (and its report page when `plots`)."""
     from meshplan.training import estimate_memory, resolve_plan
-    from meshplan.training.memory_report import memory_dict
+    from meshplan.training.memory.report import memory_dict
 
     spec, cluster, plan = _training_inputs(body)
     est = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
@@ -101,7 +101,7 @@ def train_plan(body: dict, progress: Progress | None = None) -> dict:
     ranked together by score, and why the winner wins."""
     from meshplan.cli.train_plan import search_dict, search_size
     from meshplan.report.figures_plan import why_text
-    from meshplan.training.search import OBJECTIVE_UNITS
+    from meshplan.training.search.plans import OBJECTIVE_UNITS
 
     r, pinned, base, spec, clusters = train_plan_inputs(body)
     entries, searches, results = [], [], {}

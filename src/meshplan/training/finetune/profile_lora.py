@@ -18,9 +18,9 @@ from dataclasses import replace
 
 from meshplan.model.lora import adapted_linears
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
-from meshplan.training.activations import Saved, act_bytes
-from meshplan.training.profile_hf import FP32_NORMS
-from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.memory.activations import Saved, act_bytes
+from meshplan.training.memory.profile_hf import FP32_NORMS
+from meshplan.training.layout.resolve import ResolvedPlan
 
 FROZEN_LINEAR_INPUTS = ("qkv_input", "mlp_input", "o_proj_input", "o_proj_input_copy")
 """Saved tensors that are only a linear layer's input, kept for its weight gradient."""

@@ -16,7 +16,7 @@ from operator import attrgetter
 from meshplan.model import counts
 from meshplan.model.counts import layer_kinds
 from meshplan.model.spec import ModelSpec
-from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.layout.resolve import ResolvedPlan
 
 SHARDED_STATES = {
     "none": (),

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from meshplan.errors import ConfigError
-from meshplan.training.doclengths import load_json, read_text
+from meshplan.training.imbalance.doclengths import load_json, read_text
 
 if TYPE_CHECKING:
     import numpy as np

@@ -15,13 +15,13 @@ from meshplan.costs.ops import (
 )
 from meshplan.hardware import Cluster, GPUSpec
 from meshplan.model.spec import ModelSpec
-from meshplan.training.constants import TrainingConstants, training_constants
-from meshplan.training.groups import PlanGroups, plan_groups
+from meshplan.training.time.constants import TrainingConstants, training_constants
+from meshplan.training.layout.groups import PlanGroups, plan_groups
 from meshplan.site import active_site
-from meshplan.training.kernels import profile_for
-from meshplan.training.packing import doc_imbalance
+from meshplan.training.time.kernels import profile_for
+from meshplan.training.imbalance.packing import doc_imbalance
 from meshplan.training.plan import QUANTIZED
-from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.layout.resolve import ResolvedPlan
 
 VENDOR_ATTENTION = ("megatron", "nemo", "maxtext")
 """Frameworks whose attention runs Transformer Engine / XLA-tuned kernels rather than FA2."""
@@ -47,10 +47,10 @@ class CostContext:
     full_recompute_share: float
     """Share of each chunk's layers that full recompute re-runs."""
     kernel_profile: str = "pytorch-eager"
-    """How the framework launches a layer's ops (training/kernels.py): its host floor."""
+    """How the framework launches a layer's ops (training/time/kernels.py): its host floor."""
     attention_load: float = 1.0
     """Busiest rank's document-masked attention work over one full causal sequence per
-    sequence (training/packing.py); 1.0 without a document-length distribution."""
+    sequence (training/imbalance/packing.py); 1.0 without a document-length distribution."""
 
     def gemm(self, m: float, n: float, k: float) -> float:
         """Seconds for one GEMM of the plan's precision (scaled by the fitted compute scale)."""

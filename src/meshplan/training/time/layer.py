@@ -17,10 +17,10 @@ from meshplan.costs.ops import attention_flops
 from meshplan.costs.routing import distinct_experts
 from meshplan.model.counts import mean_visible_keys
 from meshplan.model.spec import DenseMLP, LayerSpec, MoEMLP
-from meshplan.training import finetune
-from meshplan.training.context import CostContext
-from meshplan.training.kernels import layer_host_s, lora_host_s
-from meshplan.training.routing import routing_load
+from meshplan.training.finetune import adapters as finetune
+from meshplan.training.time.context import CostContext
+from meshplan.training.time.kernels import layer_host_s, lora_host_s
+from meshplan.training.imbalance.routing import routing_load
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ def touched_experts(ctx: CostContext, mlp: MoEMLP) -> float:
 
 def imbalance(ctx: CostContext, mlp: MoEMLP) -> float:
     """Busiest expert rank's load / the mean: from the plan's expert skew when given (see
-    training/routing.py), else the fitted dropless imbalance; capped by a capacity factor
+    training/imbalance/routing.py), else the fitted dropless imbalance; capped by a capacity factor
     (token dropping or forced balance)."""
     p = ctx.plan
     load = ctx.k.moe_imbalance

@@ -14,11 +14,11 @@ from meshplan.hardware import Cluster
 from meshplan.model import lora
 from meshplan.model.counts import distinct_kinds
 from meshplan.model.spec import ModelSpec, MoEMLP
-from meshplan.training.capabilities import FUSED_ADAPTERS, frameworks_for
-from meshplan.training.doclengths import check_spec, is_fixed
-from meshplan.training.kernels import profile_for
+from meshplan.training.layout.capabilities import FUSED_ADAPTERS, frameworks_for
+from meshplan.training.imbalance.doclengths import check_spec, is_fixed
+from meshplan.training.time.kernels import profile_for
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.routing import expert_shares
+from meshplan.training.imbalance.routing import expert_shares
 
 DEFAULT_SHARDING = {"megatron": "optimizer", "nemo": "optimizer", "deepspeed": "optimizer",
                     "torchtitan": "full", "fsdp": "full", "llm-foundry": "full", "maxtext": "full"}

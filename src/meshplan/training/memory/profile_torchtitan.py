@@ -14,8 +14,8 @@ and SDPA's outputs; everything else is recomputed.
 from __future__ import annotations
 
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec
-from meshplan.training.activations import Saved, act_bytes, register
-from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.memory.activations import Saved, act_bytes, register
+from meshplan.training.layout.resolve import ResolvedPlan
 
 
 def _attention(layer: LayerSpec, h: int, b: float) -> list[Saved]:

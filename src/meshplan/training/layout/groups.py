@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from meshplan.costs.placement import GroupPlacement, group_placement
 from meshplan.hardware import Cluster
-from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.layout.resolve import ResolvedPlan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,7 @@ Per framework, a kernel profile says how its layers are built:
 - te-fused (Megatron-LM, NeMo): Transformer Engine's fused modules; kernels counted from their
   structure, ops per kernel as measured for PyTorch;
 - compiled (MaxText on XLA): one compiled program per step, no per-op host time.
-A layer pass then costs max(its device time, its host floor) (training/layer_time.py): small
+A layer pass then costs max(its device time, its host floor) (training/time/layer.py): small
 models and micro-batches wait on the host, large ones never see the floor.
 """
 

@@ -18,7 +18,8 @@ into pinned host buffers and written back after, the node's GPUs sharing the dri
 DeepSpeed runs the swap and the update one after the other unless `pipeline_read` /
 `pipeline_write` are set (both default false), so the swap time adds to the step. With
 `offload_param` the updated 16-bit parameters stay in the host tier (written to NVMe there) and
-are fetched layer by layer in the next forward (`training.offload_copies`) instead of copied back.
+are fetched layer by layer in the next forward (`training.time.offload_copies`) instead of copied
+back.
 
 Deep Optimizer States (arXiv 2410.21316: part of the update interleaved on the GPU) is not modelled.
 """

@@ -1,12 +1,12 @@
 """The imbalance figures a step estimate reports: document attention work over ranks and MoE
-routed tokens over experts and EP ranks (see training/packing.py and training/routing.py)."""
+routed tokens over experts and EP ranks (see imbalance/packing.py and imbalance/routing.py)."""
 
 from __future__ import annotations
 
 from meshplan.model.spec import ModelSpec, MoEMLP
-from meshplan.training.packing import doc_imbalance
-from meshplan.training.resolve import ResolvedPlan
-from meshplan.training.routing import routing_load
+from meshplan.training.imbalance.packing import doc_imbalance
+from meshplan.training.layout.resolve import ResolvedPlan
+from meshplan.training.imbalance.routing import routing_load
 
 
 def imbalance_report(model: ModelSpec, plan: ResolvedPlan) -> dict[str, dict]:

@@ -1,7 +1,7 @@
 """The plan search's sweep: resolve each candidate, drop duplicates, check its memory, and bound
 the step time of those that fit; in this process, or split by layout over forked workers.
 
-This process works on parts too (`training.forked`). A forked worker gets the candidates by
+This process works on parts too (`training.search.forked`). A forked worker gets the candidates by
 inheritance (nothing is pickled on the way in) and sends back only numbers: counts, the first
 reasons plans were invalid, and, per candidate index, the score of its step-time lower bound or
 that it does not fit. Candidates of one layout stay in one part, so duplicates (which differ only
@@ -24,12 +24,12 @@ from types import SimpleNamespace
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.training.capabilities import cached_problems
+from meshplan.training.layout.capabilities import cached_problems
 from meshplan.training.estimate import StepParts, step_parts
-from meshplan.training.forked import MAX_PARTS, can_fork, run_parts
-from meshplan.training.memory import fits_memory
+from meshplan.training.search.forked import MAX_PARTS, can_fork, run_parts
+from meshplan.training.memory.total import fits_memory
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.resolve import batch_split_refused, resolve_plan
+from meshplan.training.layout.resolve import batch_split_refused, resolve_plan
 
 PARALLEL_FROM = 200
 """Candidates below which a search stays in one process (forking and collecting a child takes a
@@ -174,7 +174,7 @@ def _on_linux() -> bool:
 
 def _parallel(task: Task, workers: int, progress: Callable[[int, int], None] | None) -> Sweep:
     """The sweep split by layout over this process and `workers - 1` forked children
-    (`training.forked`); this process keeps the step parts of what it costed itself."""
+    (`training.search.forked`); this process keeps the step parts of what it costed itself."""
     spans = layout_parts(task.updates, min(MAX_PARTS, workers * PARTS_PER_WORKER))
 
     def work(i: int, in_parent: bool) -> Sweep:

@@ -20,7 +20,7 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
     from meshplan import Cluster, load_model
     from meshplan.errors import MeshplanError
     from meshplan.training import TrainingPlan
-    from meshplan.training.search import search
+    from meshplan.training.search.plans import search
 
     model_name, gpu, gpus, seq = cell
     row: dict = {"model": model_name, "gpu": gpu, "num_gpus": gpus, "seq_len": seq}

@@ -14,7 +14,7 @@ from __future__ import annotations
 from functools import lru_cache
 from operator import mul
 
-from meshplan.training.pipeline_orders import F, W, cached_orders, decode
+from meshplan.training.pipeline.orders import F, W, cached_orders, decode
 
 EXACT_LIMIT = 2.0**53
 """Whole numbers below this are exact in a float64, and so are their sums while they stay below."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from meshplan.training.memory import MemoryEstimate
+from meshplan.training.memory.total import MemoryEstimate
 
 
 def plan_dict(estimate: MemoryEstimate) -> dict[str, Any]:

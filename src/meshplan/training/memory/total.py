@@ -4,7 +4,7 @@ Each stage's peak is the sum of its model states (`states`), the activations its
 alive (`schedules` x `activations`), the last stage's logits and loss buffers, communication
 buffers, a one-layer backward working set, allocator fragmentation and the CUDA context. What
 offload moves off the GPU (states, parameters, activations) is counted against the host's share of
-DRAM and NVMe instead (`training.offload`).
+DRAM and NVMe instead (`training.time.offload`).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from operator import add
 from meshplan.hardware import Cluster
 from meshplan.model.counts import layer_kinds
 from meshplan.model.spec import ModelSpec
-from meshplan.training import activations as act
-from meshplan.training import finetune
-from meshplan.training.offload import offloaded_bytes
-from meshplan.training.peak_walk import walk_peak
-from meshplan.training.resolve import ResolvedPlan
-from meshplan.training.schedules import in_flight_chunks
-from meshplan.training.states import (
+from meshplan.training.memory import activations as act
+from meshplan.training.finetune import adapters as finetune
+from meshplan.training.time.offload import offloaded_bytes
+from meshplan.training.pipeline.peak_walk import walk_peak
+from meshplan.training.layout.resolve import ResolvedPlan
+from meshplan.training.pipeline.schedules import in_flight_chunks
+from meshplan.training.memory.states import (
     SHARDED_STATES,
     StageParams,
     plan_memo,

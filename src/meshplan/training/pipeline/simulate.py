@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from meshplan.errors import UnknownNameError
-from meshplan.training.pipeline_orders import (
+from meshplan.training.pipeline.orders import (
     B, F, KIND_NAMES, SCHEDULES, Schedule, ScheduleError, cached_orders, decode, register_schedule,
 )
 

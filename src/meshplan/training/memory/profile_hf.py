@@ -19,8 +19,8 @@ Transcribed from what `torch.autograd.graph.saved_tensors_hooks` records on the 
 from __future__ import annotations
 
 from meshplan.model.spec import AttentionSpec, DenseMLP, LayerSpec, ModelSpec, MoEMLP
-from meshplan.training.activations import Saved, register
-from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.memory.activations import Saved, register
+from meshplan.training.layout.resolve import ResolvedPlan
 
 FUSED_QKV = {"gpt2", "gpt_neox", "phi3"}
 ROPE_BY_CAT = {"gpt_neox", "phi3", "nemotron"}

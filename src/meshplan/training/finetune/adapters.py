@@ -20,9 +20,9 @@ from collections import Counter
 from meshplan.model import lora
 from meshplan.model.counts import layer_kinds, matmul_flops_per_token
 from meshplan.model.spec import LayerSpec, ModelSpec
-from meshplan.training.capabilities import FUSED_ADAPTERS
-from meshplan.training.resolve import ResolvedPlan
-from meshplan.training.states import (
+from meshplan.training.layout.capabilities import FUSED_ADAPTERS
+from meshplan.training.layout.resolve import ResolvedPlan
+from meshplan.training.memory.states import (
     SHARDED_STATES, StageParams, plan_memo, stage_chunk_kinds, stage_params, stage_signatures,
     state_bytes,
 )

@@ -15,8 +15,8 @@ from typing import Literal
 
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.training.plan import QUANTIZED
-from meshplan.training.resolve import ResolvedPlan
-from meshplan.training.states import fields_but
+from meshplan.training.layout.resolve import ResolvedPlan
+from meshplan.training.memory.states import fields_but
 
 Split = Literal["sp", "tp", "none", "routed", "routed_etp"]
 
@@ -150,7 +150,7 @@ def saved_tensors(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan) -> lis
     saved = PROFILES[profile](layer, model, plan)
     if plan.method == "full":
         return saved
-    from meshplan.training.profile_lora import frozen_base
+    from meshplan.training.finetune.profile_lora import frozen_base
 
     return frozen_base(saved, layer, model, plan, profile)
 
@@ -208,4 +208,4 @@ def checkpoint_bytes(model: ModelSpec, plan: ResolvedPlan) -> float:
     return tokens * act_bytes(plan) * model.hidden_size / sp
 
 
-from meshplan.training import profile_hf, profile_torchtitan  # noqa: E402,F401  (register)
+from meshplan.training.memory import profile_hf, profile_torchtitan  # noqa: E402,F401  (register)

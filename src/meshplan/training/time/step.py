@@ -7,12 +7,12 @@ from typing import NamedTuple
 
 from meshplan.costs.comm import collective_time, p2p_time
 from meshplan.model.counts import distinct_kinds
-from meshplan.training import finetune
-from meshplan.training.context import CostContext
-from meshplan.training.layer_time import LayerTime, layer_time
-from meshplan.training.offload import offload_time, swapped_bytes
-from meshplan.training.offload_copies import chunk_offload_exposed, param_store_bytes_per_s
-from meshplan.training.states import (
+from meshplan.training.finetune import adapters as finetune
+from meshplan.training.time.context import CostContext
+from meshplan.training.time.layer import LayerTime, layer_time
+from meshplan.training.time.offload import offload_time, swapped_bytes
+from meshplan.training.time.offload_copies import chunk_offload_exposed, param_store_bytes_per_s
+from meshplan.training.memory.states import (
     chunk_kinds, fields_but, layer_split, shared_memo, stage_signatures, state_bytes, updated_params,
 )
 
@@ -43,7 +43,7 @@ NOT_LAYER_FIELDS = frozenset({
 """Resolved-plan fields one decoder layer's time does not read: pipeline depth, batch count and
 sharding act on whole chunks and stages, and where the layout puts the tensor-, context- and
 expert-parallel groups is in the key through their placements; offload copies are costed per chunk around the cached layer
-times (`training.offload_copies`). A field missing here is part of
+times (`training.time.offload_copies`). A field missing here is part of
 the key: a new plan field is assumed to matter until listed."""
 _LAYER_TIMES: dict = {}
 
@@ -281,7 +281,8 @@ def _dp_traffic(ctx: CostContext, stage: int) -> tuple[float, bool]:
 def optimizer_seconds(ctx: CostContext, stage: int, backward_s: float = 0.0) -> float:
     """The optimizer step: memory-bound over the parameters this GPU updates; with optimizer
     offload, the host's CPU-Adam step, the NVMe swap (ZeRO-Infinity) and the PCIe copies around
-    it (see `training.offload`), `backward_s` being one micro-batch's backward on this stage."""
+    it (see `training.time.offload`), `backward_s` being one micro-batch's backward on this
+    stage."""
     p = ctx.plan
     if p.offload_optimizer:
         local = updated_params(finetune.trainable_stage_params(ctx.model, p, stage), p)

@@ -13,13 +13,13 @@ from meshplan.gcpause import cyclic_gc_paused
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.training.estimate import StepEstimate, estimate_from_parts
-from meshplan.training.memory import estimate_memory
+from meshplan.training.memory.total import estimate_memory
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.capabilities import GENERIC, capability
-from meshplan.training.doclengths import is_fixed
-from meshplan.training.packing import BALANCE
-from meshplan.training.routing import MOE_BALANCE
-from meshplan.training.search_sweep import (
+from meshplan.training.layout.capabilities import GENERIC, capability
+from meshplan.training.imbalance.doclengths import is_fixed
+from meshplan.training.imbalance.packing import BALANCE
+from meshplan.training.imbalance.routing import MOE_BALANCE
+from meshplan.training.search.sweep import (
     Fit, Task, default_workers, parts_of, resolve_candidate, sweep,
 )
 

@@ -35,7 +35,7 @@ import heapq
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from meshplan.training.doclengths import documents_for
+from meshplan.training.imbalance.doclengths import documents_for
 
 if TYPE_CHECKING:
     import numpy as np

@@ -17,10 +17,10 @@ duplex); those of one direction queue behind each other.
 
 from __future__ import annotations
 
-from meshplan.training.context import CostContext
-from meshplan.training.memory import saved_layer_bytes
-from meshplan.training.offload import host_link_bytes_per_s, nvme_share
-from meshplan.training.states import layer_split
+from meshplan.training.time.context import CostContext
+from meshplan.training.memory.total import saved_layer_bytes
+from meshplan.training.time.offload import host_link_bytes_per_s, nvme_share
+from meshplan.training.memory.states import layer_split
 
 
 def param_fetch_bytes_per_s(ctx: CostContext) -> float:
