@@ -26,8 +26,8 @@ from pathlib import Path
 
 import readme_blocks  # benchmarks/readme_blocks.py
 
-import meshplan.serving.constants as serving_constants
-import meshplan.serving.deployment as deployment
+import meshplan.serving.cost.constants as serving_constants
+import meshplan.serving.engine.deployment as deployment
 import meshplan.training.time.constants as training_constants
 from meshplan import calibrate as cal
 from meshplan import calibrate_serving as cs

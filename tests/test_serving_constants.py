@@ -11,10 +11,11 @@ import yaml
 from meshplan import ServingPlan
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
-from meshplan.serving.constants import FIELDS, constants_key, engine_constants, resolve, upper_bound
-from meshplan.serving.deployment import build_replicas, resolve_pools
-from meshplan.serving.iterations import IterationLog
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.cost.constants import (FIELDS, constants_key, engine_constants, resolve,
+                                             upper_bound)
+from meshplan.serving.engine.deployment import build_replicas, resolve_pools
+from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 from meshplan.validate.records import parse_record
 from meshplan.validate.serving_records import serving_case
 

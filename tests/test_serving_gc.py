@@ -12,7 +12,7 @@ import meshplan
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.gcpause import cyclic_gc_paused
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 PLANS = {
     "vllm": dict(engine="vllm"),

@@ -20,13 +20,14 @@ from datetime import date
 import numpy as np
 from scipy.optimize import least_squares
 
-from meshplan.serving.constants import (EngineConstants, constants_key, engine_constants, packaged_fit, resolve,
+from meshplan.serving.cost.constants import (EngineConstants, constants_key, engine_constants, packaged_fit, resolve,
                                         upper_bound)
-from meshplan.serving.costmodel import IterationCost
+from meshplan.serving.cost.iteration import IterationCost
 from meshplan.serving.simulate import Simulation
 from meshplan.validate.run import error_stats
 from meshplan.validate.schema import Record
-from meshplan.validate.serving_records import SERVING_METRICS, ServingCase, predict_serving, serving_case
+from meshplan.validate.serving_records import (SERVING_METRICS, ServingCase, predict_serving,
+                                               serving_case)
 
 BOUNDS = {"iteration_s": (0.0, 5e-3), "per_seq_s": (0.0, 5e-5), "layer_s": (0.0, 1e-4),
           "collective_s": (0.0, 2e-4), "grouped_gemm_efficiency": (0.1, None),

@@ -114,8 +114,8 @@ def training_errors(run: TrainingRun) -> dict[str, float]:
 def serving_errors(fc) -> dict[str, float]:
     """predicted / measured - 1 per measured metric, under the active site profile."""
     from meshplan import calibrate_serving as cs
-    from meshplan.serving.constants import engine_constants
-    from meshplan.serving.deployment import with_site
+    from meshplan.serving.cost.constants import engine_constants
+    from meshplan.serving.engine.deployment import with_site
 
     engine, device = with_site(engine_constants(fc.engine), fc.case.cluster.gpu.name)
     if fc.calls is not None:

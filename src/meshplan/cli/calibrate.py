@@ -56,7 +56,7 @@ def _calibrate_serving(records, names, out: Path, loso: bool, max_nfev: int) -> 
     table = cs.fit(cases, max_nfev=min(max_nfev, 40))
     folds = cs.leave_one_source_out(cases, table) if loso else None
     doc = cs.fit_document(table, cases, names, folds)
-    out.write_text("# Fitted by `meshplan calibrate`; read by meshplan.serving.constants.\n"
+    out.write_text("# Fitted by `meshplan calibrate`; read by meshplan.serving.cost.constants.\n"
                    + yaml.safe_dump(doc, sort_keys=False))
     _report(doc["fit"], out)
 

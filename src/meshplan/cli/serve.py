@@ -10,16 +10,17 @@ from pydantic import ValidationError
 
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
-from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
+from meshplan.cli.common import (QUIET, console, finish, print_json, progress, show_progress,
+                                 user_errors, with_site)
 from meshplan.cli.lazy import new_app
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
-from meshplan.serving.lora import lora_slots
-from meshplan.serving.metrics import SLO
+from meshplan.serving.cost.lora import lora_slots
+from meshplan.serving.metrics.summary import SLO
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import SimulationResult, simulate
-from meshplan.serving.traces import read_trace
-from meshplan.serving.workload import Workload, WorkloadSpec, synthesize
+from meshplan.serving.traffic.traces import read_trace
+from meshplan.serving.traffic.workload import Workload, WorkloadSpec, synthesize
 
 serve_app = new_app(help="Serving deployments: simulate traffic, plan, export launch commands.",
                         no_args_is_help=True)
@@ -220,7 +221,7 @@ def slo_verdict(result: SimulationResult, slo: SLO | None, percentile: float) ->
 
 
 def _write_outputs(result: SimulationResult, requests_csv: Path | None, trace_out: Path | None) -> None:
-    from meshplan.serving.outputs import write_iterations_trace, write_requests_csv
+    from meshplan.serving.metrics.outputs import write_iterations_trace, write_requests_csv
 
     if requests_csv is not None:
         write_requests_csv(result.records, requests_csv)

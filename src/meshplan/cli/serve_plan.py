@@ -27,9 +27,9 @@ from meshplan.cli.serve import build_serving_plan, build_workload, serve_app
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
-from meshplan.serving.capacity import Targets, at_rate
+from meshplan.serving.search.capacity import Targets, at_rate
 from meshplan.serving.plan import ServingPlan
-from meshplan.serving.search import Space
+from meshplan.serving.search.candidates import Space
 from meshplan.userfiles import parse_yaml, read_text
 
 
@@ -99,8 +99,8 @@ def plan_cmd(
     """The cheapest deployments that serve a request rate within latency SLOs."""
     given = html_option.inputs(dict(locals()))
     html_option.check(html)
-    from meshplan.serving.plan_report import render, result_dict, why
-    from meshplan.serving.plan_search import search
+    from meshplan.serving.search.report import render, result_dict, why
+    from meshplan.serving.search.run import search
 
     t = _targets(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
     unit, rate = _unit_workload(trace, trace_format, on_error, seed, request_rate, num_requests=num_requests,
@@ -155,7 +155,7 @@ def sweep_cmd(
     """Latency and throughput over request rates: the latency-throughput curve of one deployment."""
     given = html_option.inputs(dict(locals()))
     html_option.check(html)
-    from meshplan.serving.rate_sweep import sweep_rates
+    from meshplan.serving.search.rate_sweep import sweep_rates
 
     targets = None
     if any(v is not None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)):

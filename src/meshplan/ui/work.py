@@ -129,8 +129,8 @@ def simulate_inputs(body: dict):
     """The checked inputs of a serving simulation: (request, model, cluster, workload, SLO)."""
     from meshplan.cli import options as opt
     from meshplan.model import load_model
-    from meshplan.serving.metrics import SLO
-    from meshplan.serving.workload import synthesize
+    from meshplan.serving.metrics.summary import SLO
+    from meshplan.serving.traffic.workload import synthesize
     from meshplan.ui.schemas import SimulateRequest
 
     r = SimulateRequest(**body)
@@ -168,7 +168,7 @@ def serve_plan_inputs(body: dict):
     from meshplan.cli.serve_plan import _targets, _unit_workload
     from meshplan.hardware import Cluster
     from meshplan.model import load_model
-    from meshplan.serving.search import Space
+    from meshplan.serving.search.candidates import Space
     from meshplan.ui.schemas import ServePlanRequest
 
     r = ServePlanRequest(**body)
@@ -185,8 +185,8 @@ def serve_plan_inputs(body: dict):
 
 def serve_plan(body: dict, progress: Progress | None = None) -> dict:
     """`serve plan --json` of a ServePlanRequest (simulated in this process: no nested pool)."""
-    from meshplan.serving.plan_report import result_dict, why
-    from meshplan.serving.plan_search import search
+    from meshplan.serving.search.report import result_dict, why
+    from meshplan.serving.search.run import search
 
     r, t, unit, rate, spec, clusters, space = serve_plan_inputs(body)
     result = search(spec, clusters, unit, rate, t, max_gpus=r.max_gpus, objective=r.objective,

@@ -16,11 +16,11 @@ import numpy as np
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.serving.metrics import SLO
+from meshplan.serving.metrics.summary import SLO
 from meshplan.serving.plan import ServingPlan
-from meshplan.serving.request import RequestRecord
+from meshplan.serving.traffic.request import RequestRecord
 from meshplan.serving.simulate import SimulationResult, simulate
-from meshplan.serving.workload import Workload
+from meshplan.serving.traffic.workload import Workload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

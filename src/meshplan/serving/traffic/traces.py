@@ -20,7 +20,7 @@ from typing import IO, Any, Literal
 
 from meshplan.userfiles import check_readable
 from meshplan.errors import ConfigError
-from meshplan.serving.workload import TraceRow, Workload, from_trace
+from meshplan.serving.traffic.workload import TraceRow, Workload, from_trace
 
 TraceFormat = Literal["burstgpt", "azure", "mooncake"]
 OnError = Literal["stop", "skip"]

@@ -18,8 +18,8 @@ import numpy as np
 
 from meshplan.errors import ConfigError
 from meshplan.report.trace import write_trace
-from meshplan.serving.iterations import KINDS, TRANSFER, IterationLog
-from meshplan.serving.request import RequestRecord
+from meshplan.serving.engine.iterations import KINDS, TRANSFER, IterationLog
+from meshplan.serving.traffic.request import RequestRecord
 
 CSV_COLUMNS = ("id", "replica", "arrival_s", "input_len", "output_len", "cached_tokens",
                "first_token_s", "finish_s", "ttft_ms", "tpot_ms", "e2e_ms", "preemptions")

@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.serving.bounds import replicas_needed
-from meshplan.serving.capacity import Targets, at_rate, margins
-from meshplan.serving.search import (
+from meshplan.serving.search.bounds import replicas_needed
+from meshplan.serving.search.capacity import Targets, at_rate, margins
+from meshplan.serving.search.candidates import (
     OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, disaggregated, job_args, score,
 )
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import Workload
+from meshplan.serving.traffic.workload import Workload
 
 
 @dataclass(slots=True, kw_only=True)

@@ -13,15 +13,15 @@ from collections import deque
 
 import numpy as np
 
-from meshplan.serving.costmodel import IterationCost
-from meshplan.serving.decodeset import DecodeSet
-from meshplan.serving.iterations import IterationLog
-from meshplan.serving.kvcache import BlockPool
-from meshplan.serving.kvtier import CpuTier
-from meshplan.serving.lora import AdapterSlots
-from meshplan.serving.request import RequestRecord
-from meshplan.serving.scheduler import SchedulerConfig
-from meshplan.serving.sequence import Seq
+from meshplan.serving.cost.iteration import IterationCost
+from meshplan.serving.engine.decodeset import DecodeSet
+from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.engine.kvcache import BlockPool
+from meshplan.serving.engine.kvtier import CpuTier
+from meshplan.serving.cost.lora import AdapterSlots
+from meshplan.serving.traffic.request import RequestRecord
+from meshplan.serving.engine.scheduler import SchedulerConfig
+from meshplan.serving.engine.sequence import Seq
 
 
 STRETCH = 256

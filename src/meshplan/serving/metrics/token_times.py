@@ -6,7 +6,7 @@ growing array). Building a numpy array per request as it finished cost more than
 that request's bookkeeping, and the metrics need only the gaps, which are mostly differences
 of the shared step times. So a simulated record keeps that description and builds
 `token_times_s` when it is first read -- the same values by the same arithmetic -- and
-`decode_run` lets the ITL metric (meshplan.serving.itl) use the shared step times directly.
+`decode_run` lets the ITL metric (meshplan.serving.metrics.itl) use the shared step times directly.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from array import array
 
 import numpy as np
 
-from meshplan.serving.request import RequestRecord
+from meshplan.serving.traffic.request import RequestRecord
 
 Segments = list[tuple[float, int]]
 """A request's emissions in order: (time, -1) for a token its prefill sampled, (first decode

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from meshplan.serving.request import Request, RequestRecord
+from meshplan.serving.traffic.request import Request, RequestRecord
 
 
 class Seq:

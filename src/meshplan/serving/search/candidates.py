@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from meshplan.errors import MeshplanError
 from meshplan.hardware import Cluster, get_gpu
 from meshplan.model.spec import ModelSpec
-from meshplan.serving.bounds import ReplicaBounds, replica_bounds, replicas_needed, uncached_input_tokens
-from meshplan.serving.capacity import Capacity, Targets, capacity
-from meshplan.serving.deployment import build_replicas, resolve_pools
-from meshplan.serving.iterations import IterationLog
+from meshplan.serving.search.bounds import (ReplicaBounds, replica_bounds, replicas_needed,
+                                            uncached_input_tokens)
+from meshplan.serving.search.capacity import Capacity, Targets, capacity
+from meshplan.serving.engine.deployment import build_replicas, resolve_pools
+from meshplan.serving.engine.iterations import IterationLog
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import SimulationResult
-from meshplan.serving.workload import Workload
+from meshplan.serving.traffic.workload import Workload
 
 OBJECTIVES = ("min-gpus", "max-goodput-per-gpu", "min-cost")
 

@@ -1,7 +1,7 @@
 """ITL (inter-token latency) of a run without sorting every gap of every request.
 
 ITL pools every nonzero gap between successive token times of each request (see
-meshplan.serving.metrics). A simulated request's token times are, in the common case, its
+meshplan.serving.metrics.summary). A simulated request's token times are, in the common case, its
 prefill's token then one token per decode step over a contiguous run of its replica's steps
 (`SimulatedRecord.decode_run`): its gaps are a first gap (first step's end - prefill) and a
 slice of the differences of the replica's step end times, the very floats `np.diff` of its own
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from meshplan.serving.request import RequestRecord
-from meshplan.serving.token_times import SimulatedRecord
+from meshplan.serving.traffic.request import RequestRecord
+from meshplan.serving.metrics.token_times import SimulatedRecord
 
 QUANTILES = (50, 90, 99)
 

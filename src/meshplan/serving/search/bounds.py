@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from meshplan.serving.capacity import Targets
-from meshplan.serving.costmodel import IterationCost
-from meshplan.serving.deployment import Pool
-from meshplan.serving.workload import Workload
+from meshplan.serving.search.capacity import Targets
+from meshplan.serving.cost.iteration import IterationCost
+from meshplan.serving.engine.deployment import Pool
+from meshplan.serving.traffic.workload import Workload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,8 +17,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from meshplan.errors import ConfigError
-from meshplan.serving.lengths import sample_lengths
-from meshplan.serving.request import Request
+from meshplan.serving.traffic.lengths import sample_lengths
+from meshplan.serving.traffic.request import Request
 
 Arrival = Literal["offline", "poisson", "gamma", "concurrency"]
 Dataset = Literal["fixed", "random", "sharegpt", "normal", "lognormal"]

@@ -18,9 +18,9 @@ from rich.console import Group
 from rich.table import Table
 
 from meshplan.errors import ConfigError
-from meshplan.serving.iterations import TRANSFER, IterationLog, binned_means, time_bins
-from meshplan.serving.itl import GapPool, gap_pool, weighted_percentiles
-from meshplan.serving.request import RequestRecord
+from meshplan.serving.engine.iterations import TRANSFER, IterationLog, binned_means, time_bins
+from meshplan.serving.metrics.itl import GapPool, gap_pool, weighted_percentiles
+from meshplan.serving.traffic.request import RequestRecord
 
 
 def _json_float(x: float | None) -> float | None:
@@ -210,7 +210,7 @@ def _itl_ms(token_times: list[np.ndarray]) -> np.ndarray:
 
 def _itl_percentiles(records: Sequence[RequestRecord]) -> Percentiles:
     """ITL of completed `records`: from the gaps' weighted multiset when simulated records
-    share their replicas' decode steps (meshplan.serving.itl; the same floats), else from the
+    share their replicas' decode steps (meshplan.serving.metrics.itl; the same floats), else from the
     pooled gaps of their token-time arrays."""
     pool = gap_pool(records)
     if pool is None:

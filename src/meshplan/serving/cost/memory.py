@@ -16,8 +16,8 @@ from meshplan.errors import DoesNotFitError
 from meshplan.hardware import GPUSpec
 from meshplan.model import counts
 from meshplan.model.spec import LayerSpec, ModelSpec, MoEMLP
-from meshplan.serving.kvquant import QUANTIZED_KV, kv_element_bytes, residual_bytes_per_request
-from meshplan.serving.lora import adapter_bytes, lora_slots
+from meshplan.serving.cost.kvquant import QUANTIZED_KV, kv_element_bytes, residual_bytes_per_request
+from meshplan.serving.cost.lora import adapter_bytes, lora_slots
 from meshplan.serving.plan import ServingPlan
 
 GIB = 2**30

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from meshplan.parallel import run_tasks
-from meshplan.serving.capacity import at_rate
+from meshplan.serving.search.capacity import at_rate
 from meshplan.site import active_site
 
 PERCENTILES = ("p50", "p90", "p99")

@@ -10,19 +10,21 @@ from meshplan.hardware import Cluster
 from meshplan.hardware.host import host_for
 from meshplan.model.spec import ModelSpec
 from meshplan.site import active_site
-from meshplan.serving.constants import EngineConstants, constants_key, engine_constants
-from meshplan.serving.costmodel import IterationCost
-from meshplan.serving.defaults import EngineDefaults, engine_defaults
-from meshplan.serving.graphs import graph_policy
-from meshplan.serving.iterations import IterationLog
-from meshplan.serving.kvcache import BlockPool
-from meshplan.serving.kvtier import CpuTier, capacity_units
-from meshplan.serving.lora import AdapterSlots, adapter_bytes, check_lora, load_seconds, lora_slots
-from meshplan.serving.memory import ServingMemory, kv_layout, serving_memory, stage_layers, weight_bytes_per_gpu
+from meshplan.serving.cost.constants import EngineConstants, constants_key, engine_constants
+from meshplan.serving.cost.iteration import IterationCost
+from meshplan.serving.engine.defaults import EngineDefaults, engine_defaults
+from meshplan.serving.cost.graphs import graph_policy
+from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.engine.kvcache import BlockPool
+from meshplan.serving.engine.kvtier import CpuTier, capacity_units
+from meshplan.serving.cost.lora import (AdapterSlots, adapter_bytes, check_lora, load_seconds,
+                                        lora_slots)
+from meshplan.serving.cost.memory import (ServingMemory, kv_layout, serving_memory, stage_layers,
+                                          weight_bytes_per_gpu)
 from meshplan.serving.plan import ServingPlan
-from meshplan.serving.replica import Replica
-from meshplan.serving.scheduler import SchedulerConfig, expected_tokens_per_step
-from meshplan.serving.workload import Workload
+from meshplan.serving.engine.replica import Replica
+from meshplan.serving.engine.scheduler import SchedulerConfig, expected_tokens_per_step
+from meshplan.serving.traffic.workload import Workload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from meshplan.serving.sequence import Seq
+from meshplan.serving.engine.sequence import Seq
 
 
 class DecodeSet:

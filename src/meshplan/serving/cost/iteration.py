@@ -27,11 +27,11 @@ from meshplan.costs.placement import group_placement
 from meshplan.costs.routing import distinct_experts
 from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
-from meshplan.serving.constants import EngineConstants
-from meshplan.serving.graphs import GraphPolicy
-from meshplan.serving.kvquant import dequant_s_per_byte
-from meshplan.serving.lora import layer_widths, lora_time
-from meshplan.serving.memory import KVLayout, kv_dtype, stage_layers, weight_bits
+from meshplan.serving.cost.constants import EngineConstants
+from meshplan.serving.cost.graphs import GraphPolicy
+from meshplan.serving.cost.kvquant import dequant_s_per_byte
+from meshplan.serving.cost.lora import layer_widths, lora_time
+from meshplan.serving.cost.memory import KVLayout, kv_dtype, stage_layers, weight_bits
 from meshplan.serving.plan import ServingPlan
 
 ROOFLINE_ORDER = 2.0
@@ -233,7 +233,7 @@ class IterationCost:
 
     def lora(self, tokens: int, adapters: int) -> float:
         """Batched LoRA kernels of an iteration of `tokens` rows using `adapters` distinct
-        adapters (meshplan.serving.lora.lora_time), per pipeline stage like `__call__`."""
+        adapters (meshplan.serving.cost.lora.lora_time), per pipeline stage like `__call__`."""
         if self.lora_widths is None:
             return 0.0
         pp, gpu = self.plan.pp, self.cluster.gpu

@@ -7,7 +7,7 @@ All replicas share one log with a `replica` column (the decode replica, or the p
 when disaggregated); `replicas()` lists them and `column(name, replica=r)` selects one.
 Rows of kind "transfer" are KV-cache transfers between pools in disaggregated serving, not
 engine iterations: `busy_s` and the binned means (`time_bins`, `binned_means`, behind the
-utilization and queue series of `meshplan.serving.metrics`) leave them out.
+utilization and queue series of `meshplan.serving.metrics.summary`) leave them out.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from meshplan.serving.replica import Replica
-from meshplan.serving.request import Request
+from meshplan.serving.engine.replica import Replica
+from meshplan.serving.traffic.request import Request
 
 
 class Router:

@@ -8,8 +8,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from meshplan.serving.plan_search import SearchResult, deployment_plan
-from meshplan.serving.search import Candidate
+from meshplan.serving.search.run import SearchResult, deployment_plan
+from meshplan.serving.search.candidates import Candidate
 
 NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
 
