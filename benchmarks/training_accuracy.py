@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from meshplan import calibrate as cal
+from meshplan.calibration import training as cal
 from meshplan.training.time.constants import _fitted
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats, training_rows

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from meshplan import calibrate as cal
+from meshplan.calibration import training as cal
 from meshplan.training.time.constants import _fitted
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats

@@ -68,7 +68,7 @@ def test_an_unfitted_generation_row_is_priced_as_its_parent():
 def test_held_out_errors_ignore_the_shipped_fit(monkeypatch):
     # Leave-one-source-out prices a held-out engine from the fold's fit and the defaults file,
     # never from fitted_serving.yaml (fitted on the held-out source too).
-    import meshplan.calibrate_serving as cs
+    import meshplan.calibration.serving as cs
 
     class Case:
         engine, measured = "tensorrt-llm-pytorch", {"output_tokens_per_s": 1.0}

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from meshplan import ServingPlan
-from meshplan import calibrate_serving as cs
+from meshplan.calibration import serving as cs
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
 from meshplan.serving.cost.constants import engine_constants

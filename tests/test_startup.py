@@ -18,7 +18,7 @@ import json, sys
 print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 HEAVY = ("scipy", "numpy", "pydantic", "meshplan.serving", "meshplan.training", "meshplan.validate",
-         "meshplan.calibrate", "meshplan.export", "torch")
+         "meshplan.calibration", "meshplan.export", "torch")
 
 
 def modules_after(body: str) -> set[str]:
@@ -58,7 +58,7 @@ def test_help_page_imports_no_command():
 def test_catalog_listing_imports_no_numerics():
     modules = modules_after(cli("gpus", "list"))
     assert not loaded(modules, ("scipy", "numpy", "meshplan.serving", "meshplan.training",
-                                "meshplan.validate", "meshplan.calibrate"))
+                                "meshplan.validate", "meshplan.calibration"))
 
 
 def test_a_dense_single_estimate_imports_no_numerics():

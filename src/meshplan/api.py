@@ -10,7 +10,7 @@ from pathlib import Path
 
 from meshplan.hardware import Cluster
 from meshplan.model import ModelSpec, load_model
-from meshplan.site import site_context
+from meshplan.calibration.site import site_context
 from meshplan.training.plan import TrainingPlan
 
 

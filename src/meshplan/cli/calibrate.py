@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 import yaml
 
-from meshplan import calibrate as cal
+from meshplan.calibration import training as cal
 from meshplan.cli.common import QUIET, console, progress, show_progress, user_errors
 from meshplan.errors import ConfigError
 from meshplan.validate.records import load_records
@@ -50,7 +50,7 @@ def calibrate(
 
 
 def _calibrate_serving(records, names, out: Path, loso: bool, max_nfev: int) -> None:
-    from meshplan import calibrate_serving as cs
+    from meshplan.calibration import serving as cs
 
     cases = cs.prepare(records)
     table = cs.fit(cases, max_nfev=min(max_nfev, 40))
@@ -73,8 +73,8 @@ def _calibrate_training(records, names, out: Path, loso: bool, max_nfev: int) ->
 
 def _calibrate_site(files: list[Path], name: str, out: Path | None, quiet: bool) -> None:
     """Fit a site profile on the runs of `files` (bad records skipped and reported)."""
-    from meshplan.site import save_site, site_path
-    from meshplan.site_fit import calibrate_site
+    from meshplan.calibration.site import save_site, site_path
+    from meshplan.calibration.site_fit import calibrate_site
     from meshplan.validate.records import read_records
 
     if not name or "/" in name or name.startswith("."):

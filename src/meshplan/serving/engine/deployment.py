@@ -9,7 +9,7 @@ from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.hardware.host import host_for
 from meshplan.model.spec import ModelSpec
-from meshplan.site import active_site
+from meshplan.calibration.site import active_site
 from meshplan.serving.cost.constants import EngineConstants, constants_key, engine_constants
 from meshplan.serving.cost.iteration import IterationCost
 from meshplan.serving.engine.defaults import EngineDefaults, engine_defaults
@@ -130,7 +130,7 @@ def resolve_pools(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workloa
 
 def with_site(engine: EngineConstants, gpu: str) -> tuple[EngineConstants, float]:
     """The engine constants and device-time multiplier of the active site profile
-    (meshplan.site): the engine's host time per step and per request, and this GPU's device
+    (meshplan.calibration.site): the engine's host time per step and per request, and this GPU's device
     time."""
     site = active_site()
     if site is None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from meshplan.parallel import run_tasks
 from meshplan.serving.search.capacity import at_rate
-from meshplan.site import active_site
+from meshplan.calibration.site import active_site
 
 PERCENTILES = ("p50", "p90", "p99")
 
@@ -17,7 +17,7 @@ def rate_row(model: str, gpu: str, num_gpus: int, plan, unit, rate: float, site=
     built objects, so it runs in any worker (the site profile travels with the task)."""
     from meshplan import Cluster, load_model
     from meshplan.serving.simulate import simulate
-    from meshplan.site import use_site
+    from meshplan.calibration.site import use_site
 
     use_site(site)
     m = simulate(load_model(model), Cluster.build(gpu, num_gpus), plan, at_rate(unit, rate)).metrics

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from meshplan.parallel import run_tasks
-from meshplan.site import active_site
+from meshplan.calibration.site import active_site
 
 COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "status", "tp", "pp", "vpp", "cp", "ep",
            "micro_batch_size", "recompute", "dp_sharding", "tokens_per_s_per_gpu", "mfu",
@@ -89,7 +89,7 @@ CHUNK_MAX = 200
 
 def sweep_chunk(cells: list, global_batch_tokens: int, framework: str, site=None) -> list[dict]:
     """Search a list of cells (one task), under the site profile the sweep was started with."""
-    from meshplan.site import use_site
+    from meshplan.calibration.site import use_site
 
     use_site(site)
     return [sweep_cell(c, global_batch_tokens, framework) for c in cells]

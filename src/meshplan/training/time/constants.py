@@ -1,7 +1,7 @@
 """Training-engine constants: what a framework overlaps and what it costs beyond the kernels.
 
 Defaults below are physical guesses with their reasoning; `meshplan calibrate` fits a few of
-them (see meshplan.calibrate) on the calibration records and writes them to
+them (see meshplan.calibration.training) on the calibration records and writes them to
 `training/data/fitted_constants.yaml`, which `training_constants` applies on top.
 """
 

@@ -17,7 +17,7 @@ from meshplan.hardware import Cluster, GPUSpec
 from meshplan.model.spec import ModelSpec
 from meshplan.training.time.constants import TrainingConstants, training_constants
 from meshplan.training.layout.groups import PlanGroups, plan_groups
-from meshplan.site import active_site
+from meshplan.calibration.site import active_site
 from meshplan.training.time.kernels import profile_for
 from meshplan.training.imbalance.packing import doc_imbalance
 from meshplan.training.plan import QUANTIZED
@@ -105,7 +105,7 @@ def _bounded(k: TrainingConstants, c: ComputeConstants, gpu: GPUSpec) -> Trainin
 
 
 def _with_site(k: TrainingConstants, comm: CommConstants, gpu: str) -> tuple[TrainingConstants, CommConstants]:
-    """The constants with the active site profile's multipliers (meshplan.site): kernel time
+    """The constants with the active site profile's multipliers (meshplan.calibration.site): kernel time
     for this GPU model, collective time inside and across nodes."""
     site = active_site()
     if site is None:

@@ -1,4 +1,4 @@
-"""Fit a site profile (meshplan.site) on a few of a user's measured runs.
+"""Fit a site profile (meshplan.calibration.site) on a few of a user's measured runs.
 
 Maximum a posteriori in log space, robust (soft-L1) in the runs: each run's log error
 log(predicted / measured) counts with weight 1/SIGMA_RUN (the model's error on one run that no
@@ -8,7 +8,7 @@ about 55%, five about 70%, and a constant no run informs stays at 1. Both scales
 empirical-Bayes spreads that benchmarks/site_calibration.py prints for the leave-one-source-out
 model on the calibration files: within a (source, GPU) group and between groups. The plan of
 each training run is chosen once with the packaged model; offline serving runs are replayed
-from their recorded schedule (meshplan.calibrate_serving), others simulated.
+from their recorded schedule (meshplan.calibration.serving), others simulated.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from scipy.optimize import least_squares
 
 from meshplan import __version__
 from meshplan.errors import ConfigError
-from meshplan.site import LIMITS, SiteProfile, use_site
+from meshplan.calibration.site import LIMITS, SiteProfile, use_site
 from meshplan.validate.run import error_stats
 from meshplan.validate.schema import Record
 
@@ -63,7 +63,7 @@ class Runs:
 
 def prepare(records: list[Record]) -> Runs:
     """The usable runs of `records`; a run that cannot be modelled or is implausible is skipped."""
-    from meshplan import calibrate_serving as cs
+    from meshplan.calibration import serving as cs
     from meshplan.training.choose import best_plan
     from meshplan.validate.training_records import training_case
 
@@ -113,7 +113,7 @@ def training_errors(run: TrainingRun) -> dict[str, float]:
 
 def serving_errors(fc) -> dict[str, float]:
     """predicted / measured - 1 per measured metric, under the active site profile."""
-    from meshplan import calibrate_serving as cs
+    from meshplan.calibration import serving as cs
     from meshplan.serving.cost.constants import engine_constants
     from meshplan.serving.engine.deployment import with_site
 

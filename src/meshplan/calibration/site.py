@@ -146,7 +146,7 @@ def _checked(value, where: str, per_gpu: bool):
 
 
 def save_site(document: dict, out: Path) -> Path:
-    """Write a profile document (see meshplan.site_fit.profile_document) to `out`."""
+    """Write a profile document (see meshplan.calibration.site_fit.profile_document) to `out`."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text("# meshplan site profile (meshplan calibrate --site); multipliers on predicted "
