@@ -70,7 +70,7 @@ def _training_inputs(body: dict):
 def train_plan_inputs(body: dict):
     """The checked inputs of a training plan search: (request, pins, base plan, model, cluster)."""
     from meshplan.cli import options as opt
-    from meshplan.cli.train_plan import PINNABLE, check_pins, search_inputs
+    from meshplan.cli.commands.train_plan import PINNABLE, check_pins, search_inputs
     from meshplan.model import load_model
     from meshplan.ui.schemas import TrainingSearchRequest
 
@@ -99,7 +99,7 @@ def _in_parts(progress: Progress | None, part: int, parts: int) -> Progress | No
 def train_plan(body: dict, progress: Progress | None = None) -> dict:
     """`train plan --json` of a TrainingSearchRequest: every cluster size searched, the plans
     ranked together by score, and why the winner wins."""
-    from meshplan.cli.train_plan import search_dict, search_size
+    from meshplan.cli.commands.train_plan import search_dict, search_size
     from meshplan.report.figures_plan import why_text
     from meshplan.training.search.plans import OBJECTIVE_UNITS
 
@@ -145,7 +145,7 @@ def simulate_inputs(body: dict):
 
 def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
     """`serve simulate --json` of a SimulateRequest (with the SLO verdict when SLOs are given)."""
-    from meshplan.cli.serve import slo_verdict
+    from meshplan.cli.commands.serve import slo_verdict
     from meshplan.serving.simulate import simulate
 
     r, spec, cluster, workload, slo = simulate_inputs(body)
@@ -165,7 +165,7 @@ def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
 def serve_plan_inputs(body: dict):
     """The checked inputs of a serving plan search: (request, targets, unit workload, rate, model,
     clusters, search space)."""
-    from meshplan.cli.serve_plan import _targets, _unit_workload
+    from meshplan.cli.commands.serve_plan import _targets, _unit_workload
     from meshplan.hardware import Cluster
     from meshplan.model import load_model
     from meshplan.serving.search.candidates import Space

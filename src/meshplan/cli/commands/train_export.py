@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from meshplan.cli.common import user_errors
-from meshplan.cli.train import build_plan
+from meshplan.cli.commands.train import build_plan
 from meshplan.errors import ConfigError, UnknownNameError
 from meshplan.export import EXPORTERS, export_plan
 from meshplan.export.retarget import retarget
@@ -59,6 +59,6 @@ def export_entry(data: dict, target: str) -> tuple[str, list[str]]:
 
 def register(app: typer.Typer) -> None:
     """Add `train export` to the `train` group."""
-    from meshplan.cli.train import train_app
+    from meshplan.cli.commands.train import train_app
 
     train_app.command("export")(user_errors(export_command))

@@ -11,7 +11,7 @@ from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
-from meshplan.cli.train import build_plan
+from meshplan.cli.commands.train import build_plan
 from meshplan.training.layout.capabilities import frameworks_for, schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.search.economics import economics
@@ -323,7 +323,7 @@ def _render_money(money: list[dict]) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add `train plan` to the `train` group."""
-    from meshplan.cli.train import train_app
+    from meshplan.cli.commands.train import train_app
 
     train_app.command("plan")(user_errors(with_site(plan_command)))
     train_app.command("sweep")(user_errors(with_site(sweep_command)))

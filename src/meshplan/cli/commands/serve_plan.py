@@ -23,7 +23,7 @@ from meshplan.cli.common import (
     user_errors,
     with_site,
 )
-from meshplan.cli.serve import build_serving_plan, build_workload, serve_app
+from meshplan.cli.commands.serve import build_serving_plan, build_workload, serve_app
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
@@ -260,6 +260,6 @@ def hub_repo(name: str) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    """`serve` is registered by meshplan.cli.serve; importing this module adds its commands."""
+    """`serve` is registered by meshplan.cli.commands.serve; importing this module adds its commands."""
     del app
 
