@@ -23,7 +23,7 @@ from meshplan.serving.metrics.summary import (
     kv_utilization_over_time,
     queue_length_over_time,
 )
-from meshplan.serving.metrics.outputs import (
+from meshplan.report.serving_outputs import (
     CSV_COLUMNS,
     iterations_chrome_trace,
     write_iterations_trace,

@@ -221,7 +221,7 @@ def slo_verdict(result: SimulationResult, slo: SLO | None, percentile: float) ->
 
 
 def _write_outputs(result: SimulationResult, requests_csv: Path | None, trace_out: Path | None) -> None:
-    from meshplan.serving.metrics.outputs import write_iterations_trace, write_requests_csv
+    from meshplan.report.serving_outputs import write_iterations_trace, write_requests_csv
 
     if requests_csv is not None:
         write_requests_csv(result.records, requests_csv)
