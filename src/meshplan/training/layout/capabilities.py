@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from meshplan.errors import ConfigError
+from meshplan.memo import MISS, IdentityMemo
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,7 +171,7 @@ PROBLEM_FIELDS = ("tp", "pp", "cp", "ep", "etp", "dp", "vpp", "dp_sharding", "re
                   "offload_optimizer", "offload_activations", "offload_params", "offload_target",
                   "optimizer", "rank_order", "tp_comm_overlap", "sequence_parallel")
 """The resolved-plan fields `problems` reads (a test records them on every framework)."""
-_PROBLEMS: dict = {}
+_PROBLEMS = IdentityMemo(8192)
 
 
 def cached_problems(framework: str, plan, model) -> list[str]:
@@ -178,12 +179,10 @@ def cached_problems(framework: str, plan, model) -> list[str]:
     a search asks for every plan it resolves, and its plans differ mostly in fields (micro-batch,
     split, batch count) the framework's rules do not read."""
     key = (framework, id(model), attrgetter(*PROBLEM_FIELDS)(plan))
-    hit = _PROBLEMS.get(key)
-    if hit is None or hit[0] is not model:
-        if len(_PROBLEMS) > 8192:
-            _PROBLEMS.clear()
-        hit = _PROBLEMS[key] = (model, tuple(problems(framework, plan, model)))
-    return list(hit[1])
+    hit = _PROBLEMS.find(key, model)
+    if hit is MISS:
+        hit = _PROBLEMS.keep(key, (model,), tuple(problems(framework, plan, model)))
+    return list(hit)
 
 
 def _option_problems(framework: str, cap: Capability, plan) -> list[str]:
@@ -222,7 +221,7 @@ def _option_problems(framework: str, cap: Capability, plan) -> list[str]:
     return out
 
 
-_MODEL_PROBLEMS: dict = {}
+_MODEL_PROBLEMS = IdentityMemo(256)
 """(framework, id(cap), id(model)) -> (cap, model, problems): asked once per plan a search
 resolves, answered once per model."""
 
@@ -230,12 +229,10 @@ resolves, answered once per model."""
 def _model_problems(framework: str, cap: Capability, model) -> list[str]:
     """Model features the framework's model code cannot build (once per framework and model)."""
     key = (framework, id(cap), id(model))
-    hit = _MODEL_PROBLEMS.get(key)
-    if hit is None or hit[0] is not cap or hit[1] is not model:
-        if len(_MODEL_PROBLEMS) > 256:
-            _MODEL_PROBLEMS.clear()
-        hit = _MODEL_PROBLEMS[key] = (cap, model, tuple(_find_model_problems(framework, cap, model)))
-    return list(hit[2])
+    hit = _MODEL_PROBLEMS.find(key, cap, model)
+    if hit is MISS:
+        hit = _MODEL_PROBLEMS.keep(key, (cap, model), tuple(_find_model_problems(framework, cap, model)))
+    return list(hit)
 
 
 def _find_model_problems(framework: str, cap: Capability, model) -> list[str]:

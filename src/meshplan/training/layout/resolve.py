@@ -11,6 +11,7 @@ from functools import lru_cache
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
+from meshplan.memo import MISS, IdentityMemo
 from meshplan.model import lora
 from meshplan.model.counts import distinct_kinds
 from meshplan.model.spec import ModelSpec, MoEMLP
@@ -156,21 +157,19 @@ def _resolve_experts(plan: TrainingPlan, model: ModelSpec, dp: int) -> tuple[int
     return etp, dense_ranks // (plan.ep * etp)
 
 
-_EXPERTS: dict = {}
+_EXPERTS = IdentityMemo(256)
 """id(model) -> (model, routed experts of its first MoE layer, None for a dense model)."""
 
 
 def _routed_experts(model: ModelSpec) -> int | None:
     """Routed experts per MoE layer (the first one's), None for a dense model: once per model, as
     every plan a search resolves asks."""
-    hit = _EXPERTS.get(id(model))
-    if hit is None or hit[0] is not model:
+    hit = _EXPERTS.find(id(model), model)
+    if hit is MISS:
         experts = next(model.layers[k].mlp.num_experts for k in distinct_kinds(model)
                        if hasattr(model.layers[k].mlp, "num_experts")) if model.is_moe else None
-        if len(_EXPERTS) > 256:
-            _EXPERTS.clear()
-        hit = _EXPERTS[id(model)] = (model, experts)
-    return hit[1]
+        hit = _EXPERTS.keep(id(model), (model,), experts)
+    return hit
 
 
 def balanced_split(num_layers: int, chunks: int) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from meshplan.memo import MISS, IdentityMemo
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.training.plan import QUANTIZED
 from meshplan.training.layout.resolve import ResolvedPlan
@@ -164,7 +165,7 @@ NOT_ACTIVATION_FIELDS = frozenset({
 """Resolved-plan fields a layer's saved tensors do not depend on (recompute and offload act on
 the result in `memory`). A field missing here is part of the cache key: a new plan field is
 assumed to matter until listed."""
-_BYTES_CACHE: dict = {}
+_BYTES_CACHE = IdentityMemo(4096)
 
 
 def _activation_key(plan: ResolvedPlan) -> tuple:
@@ -177,14 +178,10 @@ def layer_activation_bytes(layer: LayerSpec, model: ModelSpec, plan: ResolvedPla
     framework's selective policy (cached across plans that differ only in other fields: a plan
     search asks again for every pipeline depth and sharding)."""
     key = (id(layer), id(model), selective, _activation_key(plan))
-    hit = _BYTES_CACHE.get(key)
-    if hit is not None and hit[0] is layer and hit[1] is model:
-        return hit[2]
-    value = _layer_activation_bytes(layer, model, plan, selective)
-    if len(_BYTES_CACHE) > 4096:
-        _BYTES_CACHE.clear()
-    _BYTES_CACHE[key] = (layer, model, value)
-    return value
+    hit = _BYTES_CACHE.find(key, layer, model)
+    if hit is not MISS:
+        return hit
+    return _BYTES_CACHE.keep(key, (layer, model), _layer_activation_bytes(layer, model, plan, selective))
 
 
 def _layer_activation_bytes(layer: LayerSpec, model: ModelSpec, plan: ResolvedPlan,

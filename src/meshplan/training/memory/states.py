@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from operator import attrgetter
 
+from meshplan.memo import MISS, IdentityMemo
 from meshplan.model import counts
 from meshplan.model.counts import layer_kinds
 from meshplan.model.spec import ModelSpec
@@ -99,7 +100,7 @@ def plan_memo(model: ModelSpec, plan: ResolvedPlan) -> dict:
     return _PLAN_MEMO[2]
 
 
-_SHARED: dict = {}
+_SHARED = IdentityMemo(4096)
 """(name, id(model), plan fields read) -> (model, memo): see `shared_memo`."""
 
 
@@ -112,12 +113,10 @@ def shared_memo(model: ModelSpec, plan: ResolvedPlan, name: str, unread: frozens
     hit = memo.get(("shared", name))
     if hit is None:
         key = (name, id(model), fields_but(type(plan), unread)(plan))
-        entry = _SHARED.get(key)
-        if entry is None or entry[0] is not model:
-            if len(_SHARED) > 4096:
-                _SHARED.clear()
-            entry = _SHARED[key] = (model, {})
-        hit = memo[("shared", name)] = entry[1]
+        entry = _SHARED.find(key, model)
+        if entry is MISS:
+            entry = _SHARED.keep(key, (model,), {})
+        hit = memo[("shared", name)] = entry
     return hit
 
 
@@ -151,7 +150,7 @@ def stage_kind_counts(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple
     return _layout(model, plan)[3][stage]
 
 
-_LAYOUTS: dict = {}
+_LAYOUTS = IdentityMemo(1024)
 """(id(model), pp, chunk_layers) -> (model, chunk kinds per stage, signatures, kind counts per
 stage): the plans of a search share a few pipeline layouts, and walking every layer of each
 plan's layout again cost more than the memory model's arithmetic."""
@@ -165,11 +164,9 @@ def _layout(model: ModelSpec, plan: ResolvedPlan) -> tuple:
     if hit is not None:
         return hit
     key = (id(model), plan.pp, plan.chunk_layers)
-    hit = _LAYOUTS.get(key)
-    if hit is None or hit[0] is not model:
-        if len(_LAYOUTS) > 1024:
-            _LAYOUTS.clear()
-        hit = _LAYOUTS[key] = (model, *_stage_kinds(model, plan.pp, plan.chunk_layers))
+    hit = _LAYOUTS.find(key, model)
+    if hit is MISS:
+        hit = _LAYOUTS.keep(key, (model,), (model, *_stage_kinds(model, plan.pp, plan.chunk_layers)))
     memo["layout"] = hit
     return hit
 

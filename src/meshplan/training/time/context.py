@@ -14,6 +14,7 @@ from meshplan.costs.ops import (
     memory_time,
 )
 from meshplan.hardware import Cluster, GPUSpec
+from meshplan.memo import MISS, IdentityMemo
 from meshplan.model.spec import ModelSpec
 from meshplan.training.time.constants import TrainingConstants, training_constants
 from meshplan.training.layout.groups import PlanGroups, plan_groups
@@ -119,7 +120,7 @@ def _with_site(k: TrainingConstants, comm: CommConstants, gpu: str) -> tuple[Tra
     return k, comm
 
 
-_ENGINES: dict = {}
+_ENGINES = IdentityMemo(256)
 """(framework, id(gpu), id(site)) -> (gpu, site, constants): see `_engine`."""
 
 
@@ -129,20 +130,18 @@ def _engine(framework: str, gpu: GPUSpec, constants: TrainingConstants | None) -
     calibration passes, are bounded afresh)."""
     site = active_site()
     key = (framework, id(gpu), id(site))
-    hit = _ENGINES.get(key) if constants is None else None
-    if hit is not None and hit[0] is gpu and hit[1] is site:
-        return hit[2]
+    hit = _ENGINES.find(key, gpu, site) if constants is None else MISS
+    if hit is not MISS:
+        return hit
     c = constants_for(gpu)
     k = _bounded(constants or training_constants(framework, gpu.architecture), c, gpu)
     k, comm = _with_site(k, load_constants(gpu.name), gpu.name)
     if constants is None:
-        if len(_ENGINES) > 256:
-            _ENGINES.clear()
-        _ENGINES[key] = (gpu, site, (c, k, comm))
+        _ENGINES.keep(key, (gpu, site), (c, k, comm))
     return c, k, comm
 
 
-_GROUPS: dict = {}
+_GROUPS = IdentityMemo(4096)
 """(id(cluster), sizes, shard group, rank order) -> (cluster, PlanGroups): see `_groups`."""
 
 
@@ -150,12 +149,10 @@ def _groups(plan: ResolvedPlan, cluster: Cluster) -> PlanGroups:
     """`plan_groups`, once per cluster and the plan fields it reads (the plans of a search that
     differ in micro-batch, recompute or split share their placements)."""
     key = (id(cluster), plan.tp, plan.cp, plan.ep, plan.dp, plan.pp, plan.shard_group, plan.rank_order)
-    hit = _GROUPS.get(key)
-    if hit is None or hit[0] is not cluster:
-        if len(_GROUPS) > 4096:
-            _GROUPS.clear()
-        hit = _GROUPS[key] = (cluster, plan_groups(plan, cluster))
-    return hit[1]
+    hit = _GROUPS.find(key, cluster)
+    if hit is MISS:
+        hit = _GROUPS.keep(key, (cluster,), plan_groups(plan, cluster))
+    return hit
 
 
 def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster,
