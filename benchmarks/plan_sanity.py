@@ -10,7 +10,7 @@ import time
 
 from meshplan.records import CALIBRATION
 from meshplan.training.choose import best_plan
-from meshplan.training.search import search
+from meshplan.training.search.plans import search
 from meshplan.validate.records import load_records
 from meshplan.validate.training_records import training_case
 

@@ -33,7 +33,7 @@ SEARCH = """
 import json
 from meshplan import Cluster, load_model
 from meshplan.training import TrainingPlan
-from meshplan.training.search import search
+from meshplan.training.search.plans import search
 r = search(load_model({model!r}), Cluster.build("h100-sxm-80gb", {gpus}, gpus_per_node=8),
            TrainingPlan(seq_len={seq}, global_batch_size={batch}), {{}}, workers={workers})
 print(json.dumps({{"seconds": r.seconds, "evaluated": r.evaluated, "rejected_memory": r.rejected_memory,

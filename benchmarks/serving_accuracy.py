@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from meshplan import calibrate_serving as cs
+from meshplan.calibration import serving as cs
 from meshplan.records import CALIBRATION
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats

@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 
 from meshplan import Cluster, load_model
-from meshplan.serving.capacity import Targets
-from meshplan.serving.plan_report import layout
-from meshplan.serving.plan_search import search
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.search.capacity import Targets
+from meshplan.serving.search.report import layout
+from meshplan.serving.search.run import search
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 import readme_blocks  # benchmarks/readme_blocks.py
 

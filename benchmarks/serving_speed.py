@@ -11,7 +11,7 @@ import time
 from meshplan import Cluster, load_model
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 import readme_blocks  # benchmarks/readme_blocks.py
 

@@ -5,7 +5,7 @@ files with at least 6 usable runs, treat the group as another lab's cluster:
    base model has never seen this lab;
 2. "uncalibrated" is that base model's error on every run of the group;
 3. for k = 1, 3, 5 and DRAWS random draws, a site profile is fitted on k runs
-   (meshplan.site_fit) and the group's other runs are predicted with it.
+   (meshplan.calibration.site_fit) and the group's other runs are predicted with it.
 
 Runs whose own source flags the measurement (their notes say a fit may set them aside: the 26
 TRT-LLM 0.13 GH200 TP2 rows) are set aside and counted. Prints and saves the median and p90
@@ -25,14 +25,14 @@ from collections import defaultdict
 
 import readme_blocks  # benchmarks/readme_blocks.py
 
-import meshplan.serving.constants as serving_constants
-import meshplan.serving.deployment as deployment
-import meshplan.training.constants as training_constants
-from meshplan import calibrate as cal
-from meshplan import calibrate_serving as cs
+import meshplan.serving.cost.constants as serving_constants
+import meshplan.serving.engine.deployment as deployment
+import meshplan.training.time.constants as training_constants
+from meshplan.calibration import training as cal
+from meshplan.calibration import serving as cs
+from meshplan.calibration.site import use_site
+from meshplan.calibration.site_fit import Runs, fit_site, prepare, run_errors
 from meshplan.records import CALIBRATION
-from meshplan.site import use_site
-from meshplan.site_fit import Runs, fit_site, prepare, run_errors
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import readme_blocks  # benchmarks/readme_blocks.py
 
-from meshplan.training.sweep import run_sweep
+from meshplan.training.search.grid import run_sweep
 
 MODELS = ["llama-3.2-1b", "llama-3.2-3b", "gpt2", "gpt2-xl", "qwen2.5-7b", "llama-3.1-8b",
           "mistral-7b", "gemma-2-9b", "phi-3-mini", "olmo-2-7b", "llama-3-8b", "llama-2-7b",

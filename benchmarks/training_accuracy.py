@@ -13,9 +13,9 @@ from importlib import resources
 
 import yaml
 
-from meshplan import calibrate as cal
+from meshplan.calibration import training as cal
 from meshplan.records import CALIBRATION
-from meshplan.training.constants import _fitted
+from meshplan.training.time.constants import _fitted
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats, training_rows
 

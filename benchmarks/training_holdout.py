@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from meshplan import calibrate as cal
+from meshplan.calibration import training as cal
 from meshplan.records import HELD_OUT
-from meshplan.training.constants import _fitted
+from meshplan.training.time.constants import _fitted
 from meshplan.validate.records import load_records
 from meshplan.validate.run import error_stats
 

@@ -6,7 +6,7 @@ import pytest
 
 from meshplan import Cluster, load_model
 from meshplan.training import TrainingPlan, resolve_plan
-from meshplan.training.activations import layer_activation_bytes
+from meshplan.training.memory.activations import layer_activation_bytes
 
 L8 = load_model("llama-3.1-8b")
 

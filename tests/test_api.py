@@ -7,7 +7,7 @@ import pytest
 
 import meshplan
 from meshplan.training.choose import best_plan
-from meshplan.training.search import search
+from meshplan.training.search.plans import search
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from meshplan import Cluster, load_model
-from meshplan import calibrate as cal
+from meshplan.calibration import training as cal
 from meshplan.training import TrainingPlan, resolve_plan
 
 L8 = load_model("llama-3.1-8b")

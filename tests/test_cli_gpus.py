@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from meshplan.cli import gpus
+from meshplan.cli.commands import gpus
 from meshplan.hardware import list_gpus
 
 runner = CliRunner()

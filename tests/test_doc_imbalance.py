@@ -1,5 +1,5 @@
-"""Document-length imbalance (training/doclengths.py, training/packing.py): attention work of
-packed, document-masked sequences against a brute-force count of the mask, per CP rank against a
+"""Document-length imbalance (training/imbalance/doclengths.py, training/imbalance/packing.py):
+attention work of packed, document-masked sequences against a brute-force count of the mask, per CP rank against a
 brute-force assignment of query tokens to ranks, the balancing strategies, and the step time."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from meshplan import Cluster, load_model
 from meshplan.cli import app
 from meshplan.errors import ConfigError
 from meshplan.training import TrainingPlan, resolve_plan
-from meshplan.training.doclengths import documents_for, read_lengths, sample_lengths
+from meshplan.training.imbalance.doclengths import documents_for, read_lengths, sample_lengths
 from meshplan.training.estimate import estimate_step
-from meshplan.training.packing import (
+from meshplan.training.imbalance.packing import (
     Packed, attention_imbalance, first_fit, packed_step, per_document_rank_work, triangle,
     zigzag_rank_work,
 )
@@ -210,7 +210,7 @@ def test_estimate_json_reports_the_imbalance():
 
 
 def test_search_adds_the_balance_axis_only_with_a_distribution():
-    from meshplan.training.search import candidates, search
+    from meshplan.training.search.plans import candidates, search
 
     base = TrainingPlan(seq_len=32768, global_batch_size=32)
     plain = list(candidates(base, MODEL, CLUSTER, {}))

@@ -18,7 +18,7 @@ from meshplan import Cluster, load_model
 from meshplan.errors import ConfigError, UnknownNameError
 from meshplan.export import EXPORTERS, deepspeed, export_plan, megatron, torchtitan
 from meshplan.training import TrainingPlan, resolve_plan
-from meshplan.training.capabilities import problems
+from meshplan.training.layout.capabilities import problems
 
 GOLDEN = Path(__file__).parent / "golden" / "export"
 EXTENSION = {"megatron": "sh", "torchtitan": "toml", "deepspeed": "json"}

@@ -17,8 +17,8 @@ from meshplan.hardware import Cluster
 from meshplan.model import from_config, load_model
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
 from meshplan.training.estimate import estimate_step
-from meshplan.training.finetune import NF4_BYTES_PER_PARAM, trainable_params
-from meshplan.training.search import search
+from meshplan.training.finetune.adapters import NF4_BYTES_PER_PARAM, trainable_params
+from meshplan.training.search.plans import search
 
 ALL = ("q", "k", "v", "o", "gate", "up", "down")
 LLAMA_65B = {  # LLaMA-1 65B (Touvron et al. 2023, Table 2), the QLoRA paper's largest model

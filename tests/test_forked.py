@@ -1,4 +1,4 @@
-"""`training.forked.run_parts`: parts shared by this process and forked children come back in
+"""`training.search.forked.run_parts`: parts shared by this process and forked children come back in
 order, whoever ran them; a child's failure or death is raised in the parent with what happened;
 a failing parent leaves no child behind; progress counts every part once."""
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from meshplan.training import forked
+from meshplan.training.search import forked
 
 pytestmark = pytest.mark.skipif(not forked.can_fork(), reason="needs fork")
 

@@ -1,4 +1,4 @@
-"""Host floor of training layers (training/kernels.py): which profile a framework uses, what a
+"""Host floor of training layers (training/time/kernels.py): which profile a framework uses, what a
 layer's passes cost on the host, and that small work waits on the host while large work never
 sees the floor."""
 
@@ -9,9 +9,9 @@ import pytest
 from meshplan import Cluster, load_model
 from meshplan.costs.host import HOST_OP_S
 from meshplan.training import TrainingPlan, resolve_plan
-from meshplan.training.context import cost_context
-from meshplan.training.kernels import layer_host_s, profile_for
-from meshplan.training.layer_time import layer_time
+from meshplan.training.time.context import cost_context
+from meshplan.training.time.kernels import layer_host_s, profile_for
+from meshplan.training.time.layer import layer_time
 
 
 def test_profiles_by_framework_and_the_fallback_note():

@@ -1,6 +1,6 @@
 """Every plan the search ranks can be launched: for each framework with an exporter and a grid of
 models and cluster sizes, each of the top 10 plans exports without error (the search and the
-exporters share one capability table, meshplan.training.capabilities)."""
+exporters share one capability table, meshplan.training.layout.capabilities)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from meshplan import Cluster, TrainingPlan, load_model
 from meshplan.export import export_plan
-from meshplan.training.capabilities import CAPABILITIES, problems
-from meshplan.training.search import search
+from meshplan.training.layout.capabilities import CAPABILITIES, problems
+from meshplan.training.search.plans import search
 
 MODELS = ("llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "deepseek-v2-lite",
           "qwen3-30b-a3b")

@@ -19,12 +19,14 @@ import pytest
 from meshplan import Cluster, load_model
 from meshplan.model.counts import layer_kinds
 from meshplan.training import TrainingPlan
-from meshplan.training import context, peak_walk, states
-from meshplan.training.groups import plan_groups
-from meshplan.training.memory import estimate_memory, fits_memory, stage_memory
-from meshplan.training.search import candidates
-from meshplan.training.search_sweep import launchable as _launchable
-from meshplan.training.states import stage_chunk_kinds, stage_signatures
+from meshplan.training.time import context
+from meshplan.training.pipeline import peak_walk
+from meshplan.training.memory import states
+from meshplan.training.layout.groups import plan_groups
+from meshplan.training.memory.total import estimate_memory, fits_memory, stage_memory
+from meshplan.training.search.plans import candidates
+from meshplan.training.search.sweep import launchable as _launchable
+from meshplan.training.memory.states import stage_chunk_kinds, stage_signatures
 
 
 def _shapes(rng: random.Random, n: int):
@@ -137,7 +139,7 @@ def test_shared_dp_and_optimizer_times_match_a_fresh_computation(case):
     split and recompute (`step.NOT_DP_FIELDS`), are each plan's own; optimizer offload, whose
     copies hide behind the backward, is included (ZeRO-Offload plans of the deepspeed case)."""
     from meshplan.training.estimate import _dp_and_optimizer
-    from meshplan.training.step import chunk_times
+    from meshplan.training.time.step import chunk_times
 
     name, gpus, seq, batch, framework = case
     model, cluster = load_model(name), Cluster.build("h100-sxm-80gb", gpus)

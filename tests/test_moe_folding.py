@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 
 from meshplan import Cluster, load_model
-from meshplan.training.resolve import PlanError
+from meshplan.training.layout.resolve import PlanError
 from meshplan.export import export_plan
 from meshplan.training import TrainingPlan, resolve_plan
 from meshplan.training.estimate import estimate_step
-from meshplan.training.search import candidates
-from meshplan.training.states import stage_params
+from meshplan.training.search.plans import candidates
+from meshplan.training.memory.states import stage_params
 
 MODEL = load_model("qwen3-235b-a22b")
 CLUSTER = Cluster.build("h100-sxm-80gb", 256)

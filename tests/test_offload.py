@@ -9,10 +9,10 @@ import pytest
 from meshplan import Cluster, TrainingPlan, list_gpus, load_model, resolve_plan
 from meshplan.hardware.host import host_for
 from meshplan.training.estimate import estimate_step
-from meshplan.training.offload import (
+from meshplan.training.time.offload import (
     HOST_BYTES_PER_PARAM, HOST_DRAM_EFFICIENCY, HOST_LINK_EFFICIENCY, offload_time,
 )
-from meshplan.training.search import search
+from meshplan.training.search.plans import search
 
 
 def test_every_catalog_gpu_has_a_host():

@@ -14,13 +14,13 @@ from meshplan import Cluster, TrainingPlan, load_model, resolve_plan
 from meshplan.cli.app import app
 from meshplan.export.deepspeed import config
 from meshplan.model import counts
-from meshplan.training.capabilities import problems
-from meshplan.training.context import cost_context
+from meshplan.training.layout.capabilities import problems
+from meshplan.training.time.context import cost_context
 from meshplan.training.estimate import estimate_step
-from meshplan.training.memory import HOST_RESERVED_FRACTION, estimate_memory
-from meshplan.training.offload import HOST_LINK_EFFICIENCY, offload_time
-from meshplan.training.offload_copies import chunk_offload_exposed, layer_copies
-from meshplan.training.search import search
+from meshplan.training.memory.total import HOST_RESERVED_FRACTION, estimate_memory
+from meshplan.training.time.offload import HOST_LINK_EFFICIENCY, offload_time
+from meshplan.training.time.offload_copies import chunk_offload_exposed, layer_copies
+from meshplan.training.search.plans import search
 
 H100_LINK = 63.0e9 * HOST_LINK_EFFICIENCY  # PCIe Gen5 x16 (DGX H100 row), pinned copies
 DGX_H100_NVME = (8 * 7.0e9, 8 * 3.8e9)  # 8 x 3.84 TB U.2 drives at the PM1733 figures

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from meshplan.errors import UnknownNameError
-from meshplan.training.pipeline_orders import KIND_NAMES, decode
-from meshplan.training.pipeline_sim import (
+from meshplan.training.pipeline.orders import KIND_NAMES, decode
+from meshplan.training.pipeline.simulate import (
     SCHEDULES, ScheduleError, StageTimes, register_schedule, simulate_pipeline,
 )
-from meshplan.training.schedules import in_flight_chunks
+from meshplan.training.pipeline.schedules import in_flight_chunks
 
 
 def uniform(pp: int, vpp: int = 1, f: float = 1.0, b: float = 2.0, w: float | None = None):
@@ -136,7 +136,8 @@ def test_gpipe_with_chunks_keeps_every_chunk_activation():
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "zero-bubble", "interleaved"])
 def test_peak_in_flight_agrees_with_the_memory_model(schedule):
-    # meshplan.training.schedules (memory) counts the same model-chunk activations per stage
+    # meshplan.training.pipeline.schedules (memory) counts the same model-chunk activations per
+    # stage
     for pp in (1, 2, 3, 4, 8):
         for vpp in ((2, 3) if schedule == "interleaved" else (1,)):
             for m in (1, 2, 4, 8, 16):
@@ -299,7 +300,7 @@ def test_schedules_declaring_own_ends_start_and_end_each_stage_on_its_own_chunk(
     """`Schedule.own_ends` lets the step-time lower bound skip building the orders: for every
     shape, each stage's first op must be a forward and its last a backward of its own first
     chunk, as reading the built orders says."""
-    from meshplan.training.pipeline_orders import B, F, SCHEDULES, cached_orders
+    from meshplan.training.pipeline.orders import B, F, SCHEDULES, cached_orders
 
     declared = [name for name, spec in SCHEDULES.items() if spec.own_ends]
     assert set(declared) >= {"1f1b", "gpipe", "interleaved"} and "zero-bubble" not in declared

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from meshplan import Cluster, load_model
 from meshplan.cli.app import app
 from meshplan.training import TrainingPlan
-from meshplan.training.search import search, why_winner
+from meshplan.training.search.plans import search, why_winner
 
 L70 = load_model("llama-3.1-70b")
 MIXTRAL = load_model("mixtral-8x7b")

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from meshplan.cli.app import app
-from meshplan.training.economics import economics
+from meshplan.training.search.economics import economics
 
 runner = CliRunner()
 ARGS = ["train", "plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--num-gpus", "64",

@@ -64,7 +64,7 @@ def test_import_and_cli_startup_do_not_import_heavy_extras():
 
 
 def test_import_meshplan_loads_no_numeric_or_serving_stack():
-    lazy = ("numpy", "scipy", "meshplan.serving.simulate", "meshplan.training.search",
+    lazy = ("numpy", "scipy", "meshplan.serving.simulate", "meshplan.training.search.plans",
             "meshplan.export", "meshplan.validate.run")
     assert _imported_after("import meshplan", lazy) == []
     assert "meshplan.serving.simulate" in _imported_after("import meshplan; meshplan.simulate", lazy)

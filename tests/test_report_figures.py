@@ -17,17 +17,17 @@ from meshplan.report import figures_serving as fs
 from meshplan.report import figures_training as ft
 from meshplan.report import figures_validate as fv
 from meshplan.report.trace import chrome_trace
-from meshplan.serving.capacity import Capacity, Targets
-from meshplan.serving.metrics import SLO, summed_over_time
+from meshplan.serving.search.capacity import Capacity, Targets
+from meshplan.serving.metrics.summary import SLO, summed_over_time
 from meshplan.serving.plan import ServingPlan
-from meshplan.serving.plan_search import SearchResult as ServingSearch
-from meshplan.serving.search import Candidate
+from meshplan.serving.search.run import SearchResult as ServingSearch
+from meshplan.serving.search.candidates import Candidate
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
 from meshplan.training.estimate import estimate_step
 from meshplan.training.estimate_report import trace_extras
-from meshplan.training.search import search
+from meshplan.training.search.plans import search
 from meshplan.validate.run import Row
 
 GIB = 2**30

@@ -1,4 +1,4 @@
-"""MoE routing imbalance (training/routing.py): the busiest expert and EP rank against a
+"""MoE routing imbalance (training/imbalance/routing.py): the busiest expert and EP rank against a
 brute-force histogram of routed tokens, EPLB's greedy replication against an exhaustive search,
 balancing, and the step time of a skewed MoE model."""
 
@@ -15,7 +15,7 @@ from meshplan import Cluster, load_model
 from meshplan.cli import app
 from meshplan.training import TrainingPlan, resolve_plan
 from meshplan.training.estimate import estimate_step
-from meshplan.training.routing import (
+from meshplan.training.imbalance.routing import (
     AUX_FREE_RESIDUAL, aux_free, eplb_rank_loads, expert_shares, routing_load,
 )
 
@@ -100,7 +100,7 @@ def test_measured_profile_file(tmp_path):
 
 
 def test_profile_csv_with_a_header(tmp_path):
-    from meshplan.training.routing import read_profile
+    from meshplan.training.imbalance.routing import read_profile
 
     f = tmp_path / "shares.csv"
     f.write_text("expert,share\n0,0.5\n1,0.25\n2,0.25\n")

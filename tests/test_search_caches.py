@@ -17,9 +17,10 @@ import pytest
 
 from meshplan import Cluster, load_model
 from meshplan.training import TrainingPlan
-from meshplan.training.capabilities import CAPABILITIES, PROBLEM_FIELDS, cached_problems, problems
-from meshplan.training.resolve import resolve_plan
-from meshplan.training.search import candidates
+from meshplan.training.layout.capabilities import (CAPABILITIES, PROBLEM_FIELDS, cached_problems,
+                                                   problems)
+from meshplan.training.layout.resolve import resolve_plan
+from meshplan.training.search.plans import candidates
 
 
 class Recording:
@@ -65,8 +66,8 @@ def test_problems_read_only_the_cached_fields(framework):
 
 def _every_combination(base, model, cluster, pinned, offload):
     """The enumeration `candidates` replaced: one product over every axis, filtered plan by plan."""
-    from meshplan.training.capabilities import GENERIC, capability
-    from meshplan.training.search import _axes, _offload_tier
+    from meshplan.training.layout.capabilities import GENERIC, capability
+    from meshplan.training.search.plans import _axes, _offload_tier
 
     cap = capability(base.framework) or GENERIC
     axes = _axes(base, model, cluster, pinned, cap, offload)
@@ -103,9 +104,9 @@ def test_layout_first_enumeration_keeps_every_plan_and_its_order(case):
 def test_chunk_times_from_shared_sums_match_a_fresh_computation():
     """Chunk times built from sums shared by plans with the same layer times (`_chunk_sums`)
     equal those of each plan costed alone."""
-    from meshplan.training import step
-    from meshplan.training.context import cost_context
-    from meshplan.training.search_sweep import launchable as _launchable
+    from meshplan.training.time import step
+    from meshplan.training.time.context import cost_context
+    from meshplan.training.search.sweep import launchable as _launchable
 
     model, cluster = load_model("mixtral-8x7b"), Cluster.build("h100-sxm-80gb", 64)
     base = TrainingPlan(seq_len=4096, global_batch_size=256, framework="megatron")
@@ -127,8 +128,8 @@ def test_batch_splits_the_sweep_refuses_early_are_refused_by_resolve(case):
     """The sweep's quick batch test (`batch_split_refused`) flags only plans `resolve_plan`
     refuses, and it flags most of those `resolve_plan` refuses for their batch split."""
     from meshplan.errors import ConfigError
-    from meshplan.training.search import candidate_updates
-    from meshplan.training.search_sweep import batch_refused as _batch_refused
+    from meshplan.training.search.plans import candidate_updates
+    from meshplan.training.search.sweep import batch_refused as _batch_refused
 
     name, gpus, seq, batch, framework = case
     model, cluster = load_model(name), Cluster.build("h100-sxm-80gb", gpus, gpus_per_node=8)
@@ -153,8 +154,8 @@ def test_the_sweeps_plain_fields_resolve_as_the_pydantic_plan_does(framework, me
     """The sweep hands `resolve_plan` a candidate's fields as plain attributes (`PlanFields`)
     instead of a pydantic copy: the resolved plan, or the refusal, is the same."""
     from meshplan.errors import ConfigError
-    from meshplan.training.search import candidate_updates
-    from meshplan.training.search_sweep import PlanFields as _PlanFields
+    from meshplan.training.search.plans import candidate_updates
+    from meshplan.training.search.sweep import PlanFields as _PlanFields
 
     model, cluster = load_model("mixtral-8x7b"), Cluster.build("h100-sxm-80gb", 16)
     base = TrainingPlan(seq_len=4096, global_batch_size=64, framework=framework, method=method)

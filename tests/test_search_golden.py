@@ -13,7 +13,7 @@ import pytest
 
 from meshplan import Cluster, load_model
 from meshplan.training import TrainingPlan
-from meshplan.training.search import search
+from meshplan.training.search.plans import search
 
 GOLDEN = Path(__file__).parent / "golden" / "search_top10.json"
 CASES = {

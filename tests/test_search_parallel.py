@@ -1,4 +1,4 @@
-"""A plan search split over forked workers (`training.search_sweep`) returns what the search in
+"""A plan search split over forked workers (`training.search.sweep`) returns what the search in
 one process returns: the same ranked plans and numbers, counts, invalid reasons, and the closest
 plans when nothing fits (which also exercises the offload sweep). Parts are cut where the layout
 changes, so duplicates never span two workers."""
@@ -11,8 +11,8 @@ import pytest
 
 from meshplan import Cluster, load_model
 from meshplan.training import TrainingPlan
-from meshplan.training import search_sweep
-from meshplan.training.search import candidate_updates, search
+from meshplan.training.search import sweep as search_sweep
+from meshplan.training.search.plans import candidate_updates, search
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="forked workers need fork")
 

@@ -17,15 +17,15 @@ import pytest
 
 from meshplan import Cluster, load_model
 from meshplan.training import TrainingPlan
-from meshplan.training import activations as act
-from meshplan.training import step as step_mod
-from meshplan.training.context import cost_context
+from meshplan.training.memory import activations as act
+from meshplan.training.time import step as step_mod
+from meshplan.training.time.context import cost_context
 from meshplan.training.estimate import estimate_step, step_parts
-from meshplan.training.layer_time import layer_time
-from meshplan.training.memory import estimate_memory, fits_memory
-from meshplan.training.pipeline_sim import StageTimes, simulate_pipeline, step_lower_bound
-from meshplan.training.search import candidates, score, search
-from meshplan.training.search_sweep import identity as _identity, launchable as _launchable
+from meshplan.training.time.layer import layer_time
+from meshplan.training.memory.total import estimate_memory, fits_memory
+from meshplan.training.pipeline.simulate import StageTimes, simulate_pipeline, step_lower_bound
+from meshplan.training.search.plans import candidates, score, search
+from meshplan.training.search.sweep import identity as _identity, launchable as _launchable
 
 
 def _random_stages(rng: random.Random, pp: int, vpp: int, equal: bool) -> list[StageTimes]:

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from meshplan.cli.app import app
-from meshplan.cli.serve_plan import hub_repo
+from meshplan.cli.commands.serve_plan import hub_repo
 
 runner = CliRunner()
 

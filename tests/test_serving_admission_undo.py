@@ -8,7 +8,7 @@ from __future__ import annotations
 from meshplan import Cluster, load_model
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 
 def test_tight_pool_multi_turn_run_completes_every_request_once() -> None:

@@ -11,10 +11,11 @@ import yaml
 from meshplan import ServingPlan
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
-from meshplan.serving.constants import FIELDS, constants_key, engine_constants, resolve, upper_bound
-from meshplan.serving.deployment import build_replicas, resolve_pools
-from meshplan.serving.iterations import IterationLog
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.cost.constants import (FIELDS, constants_key, engine_constants, resolve,
+                                             upper_bound)
+from meshplan.serving.engine.deployment import build_replicas, resolve_pools
+from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 from meshplan.validate.records import parse_record
 from meshplan.validate.serving_records import serving_case
 
@@ -67,7 +68,7 @@ def test_an_unfitted_generation_row_is_priced_as_its_parent():
 def test_held_out_errors_ignore_the_shipped_fit(monkeypatch):
     # Leave-one-source-out prices a held-out engine from the fold's fit and the defaults file,
     # never from fitted_serving.yaml (fitted on the held-out source too).
-    import meshplan.calibrate_serving as cs
+    import meshplan.calibration.serving as cs
 
     class Case:
         engine, measured = "tensorrt-llm-pytorch", {"output_tokens_per_s": 1.0}

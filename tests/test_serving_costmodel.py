@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from meshplan import ServingPlan
-from meshplan import calibrate_serving as cs
+from meshplan.calibration import serving as cs
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
-from meshplan.serving.constants import engine_constants
-from meshplan.serving.costmodel import IterationCost, distinct_experts
-from meshplan.serving.memory import kv_layout
+from meshplan.serving.cost.constants import engine_constants
+from meshplan.serving.cost.iteration import IterationCost, distinct_experts
+from meshplan.serving.cost.memory import kv_layout
 
 
 def _monte_carlo_distinct(tokens: int, top_k: int, experts: int, trials: int = 4000) -> float:

@@ -6,7 +6,7 @@ import pytest
 
 from meshplan.errors import UnknownNameError
 from meshplan.hardware import get_gpu
-from meshplan.serving.defaults import (
+from meshplan.serving.engine.defaults import (
     ENGINES, engine_defaults, knobs, sglang_max_running_requests, sglang_mem_fraction_static,
     trtllm_bench_settings,
 )
@@ -192,7 +192,7 @@ def test_rules_end_with_a_catch_all():
 def test_defaults_module_stays_light():
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-c", "import sys, meshplan.serving.defaults; "
+    out = subprocess.run([sys.executable, "-c", "import sys, meshplan.serving.engine.defaults; "
                           "print([m for m in ('torch', 'transformers', 'pandas') if m in sys.modules])"],
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"

@@ -12,7 +12,7 @@ import meshplan
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.gcpause import cyclic_gc_paused
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 PLANS = {
     "vllm": dict(engine="vllm"),
@@ -54,7 +54,8 @@ def test_collector_state_restored():
 
 def test_a_plan_search_pauses_the_collector_and_restores_it(monkeypatch):
     """The training plan search runs with the collector paused too, and leaves it as it was."""
-    from meshplan.training import TrainingPlan, search as search_module
+    from meshplan.training import TrainingPlan
+    from meshplan.training.search import plans as search_module
 
     states = []
     original = search_module._search

@@ -1,4 +1,4 @@
-"""CUDA graphs in serving (serving/graphs.py): which iterations replay a graph per engine, the
+"""CUDA graphs in serving (serving/cost/graphs.py): which iterations replay a graph per engine, the
 host floor of eager ones, and --enforce-eager from the CLI to the launch commands."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from meshplan import load_model
 from meshplan.cli.app import app
 from meshplan.export.serving import sglang, vllm
-from meshplan.serving.graphs import GraphPolicy, graph_policy, layer_kernels
+from meshplan.serving.cost.graphs import GraphPolicy, graph_policy, layer_kernels
 from meshplan.serving.plan import ServingPlan
 
 runner = CliRunner()

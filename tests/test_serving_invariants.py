@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from meshplan.serving.iterations import TRANSFER
+from meshplan.serving.engine.iterations import TRANSFER
 import pytest
 
 import meshplan
 from meshplan.errors import ConfigError
-from meshplan.serving.deployment import resolve_pools
-from meshplan.serving.kvcache import BlockPool
+from meshplan.serving.engine.deployment import resolve_pools
+from meshplan.serving.engine.kvcache import BlockPool
 from meshplan.serving.plan import Disaggregation, ServingPlan
-from meshplan.serving.replica import Replica
+from meshplan.serving.engine.replica import Replica
 from meshplan.serving.simulate import Simulation, SimulationResult, simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm")
 GPU = "h100-sxm-80gb"

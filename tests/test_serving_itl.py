@@ -1,5 +1,5 @@
-"""The ITL metric from shared decode steps (meshplan.serving.itl) and lazily built token times
-(meshplan.serving.token_times) give exactly the floats of the straightforward computation:
+"""The ITL metric from shared decode steps (meshplan.serving.metrics.itl) and lazily built token times
+(meshplan.serving.metrics.token_times) give exactly the floats of the straightforward computation:
 every record's token-time array built, every gap pooled, numpy's percentile and mean."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from array import array
 import numpy as np
 import pytest
 
-from meshplan.serving.itl import gap_pool, weighted_percentiles
-from meshplan.serving.metrics import Percentiles, _itl_ms, _itl_percentiles, compute_metrics
-from meshplan.serving.request import RequestRecord
-from meshplan.serving.token_times import SimulatedRecord, build_token_times
+from meshplan.serving.metrics.itl import gap_pool, weighted_percentiles
+from meshplan.serving.metrics.summary import Percentiles, _itl_ms, _itl_percentiles, compute_metrics
+from meshplan.serving.traffic.request import RequestRecord
+from meshplan.serving.metrics.token_times import SimulatedRecord, build_token_times
 
 
 def _same(a: float, b: float) -> bool:

@@ -1,4 +1,4 @@
-"""4-/2-bit KV cache (KIVI-style, meshplan.serving.kvquant): bytes per token with group scales,
+"""4-/2-bit KV cache (KIVI-style, meshplan.serving.cost.kvquant): bytes per token with group scales,
 the 16-bit residual per request, the dequantisation cost in decode attention, capacity and
 speed in the direction physics says, and the refusal on engines that do not ship it."""
 
@@ -10,12 +10,13 @@ from typer.testing import CliRunner
 from meshplan.cli.app import app
 from meshplan.hardware import Cluster, get_gpu
 from meshplan.model import load_model
-from meshplan.serving.deployment import build_replicas, resolve_pools
-from meshplan.serving.iterations import IterationLog
-from meshplan.serving.kvquant import GROUP_SIZE, RESIDUAL_TOKENS, dequant_s_per_byte, kv_element_bytes
-from meshplan.serving.memory import kv_layout
+from meshplan.serving.engine.deployment import build_replicas, resolve_pools
+from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.cost.kvquant import (GROUP_SIZE, RESIDUAL_TOKENS, dequant_s_per_byte,
+                                           kv_element_bytes)
+from meshplan.serving.cost.memory import kv_layout
 from meshplan.serving.plan import ServingPlan
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 MODEL = load_model("llama-3.1-8b")
 CLUSTER = Cluster.build(gpu="h100-sxm-80gb", num_gpus=1)

@@ -1,4 +1,4 @@
-"""The CPU KV tier (kv_offload=cpu, meshplan.serving.kvtier): prompt KV found in host memory is
+"""The CPU KV tier (kv_offload=cpu, meshplan.serving.engine.kvtier): prompt KV found in host memory is
 copied back over the host link instead of recomputed; hits come from a given rate or from the
 workload's prefix sharing through an LRU of kv_cpu_bytes."""
 
@@ -11,12 +11,12 @@ from meshplan.cli.app import app
 from meshplan.hardware import Cluster
 from meshplan.hardware.host import host_for
 from meshplan.model import load_model
-from meshplan.serving.deployment import build_replicas, resolve_pools
-from meshplan.serving.iterations import IterationLog
-from meshplan.serving.kvtier import CpuTier, capacity_units
+from meshplan.serving.engine.deployment import build_replicas, resolve_pools
+from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.engine.kvtier import CpuTier, capacity_units
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 MODEL = load_model("llama-3.1-8b")
 CLUSTER = Cluster.build(gpu="h100-sxm-80gb", num_gpus=1)

@@ -1,4 +1,4 @@
-"""Multi-LoRA serving (meshplan.serving.lora): adapter slots in HBM, batched LoRA kernels,
+"""Multi-LoRA serving (meshplan.serving.cost.lora): adapter slots in HBM, batched LoRA kernels,
 at most max_loras adapters per batch, LRU residency with host-to-GPU copies, popularity, the
 engines' flags, and one clear error where it is not available."""
 
@@ -15,15 +15,15 @@ from meshplan.export.serving import export_serving
 from meshplan.hardware import Cluster
 from meshplan.hardware.host import host_for
 from meshplan.model import load_model
-from meshplan.serving.deployment import build_replicas, resolve_pools
-from meshplan.serving.iterations import IterationLog
-from meshplan.serving.lora import (
+from meshplan.serving.engine.deployment import build_replicas, resolve_pools
+from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.cost.lora import (
     AdapterSlots, adapter_bytes, adapter_params, assign_adapters, layer_widths, lora_time,
 )
 from meshplan.serving.plan import Disaggregation, ServingPlan
-from meshplan.serving.replica import Replica
+from meshplan.serving.engine.replica import Replica
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 from tests.test_serving_export import KNOWN, servers
 
 MODEL = load_model("llama-3.1-8b")

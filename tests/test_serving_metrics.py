@@ -15,21 +15,21 @@ import pytest
 from rich.console import Console
 
 from meshplan.errors import ConfigError
-from meshplan.serving.iterations import IterationLog
-from meshplan.serving.metrics import (
+from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.metrics.summary import (
     SLO,
     Percentiles,
     compute_metrics,
     kv_utilization_over_time,
     queue_length_over_time,
 )
-from meshplan.serving.outputs import (
+from meshplan.report.serving_outputs import (
     CSV_COLUMNS,
     iterations_chrome_trace,
     write_iterations_trace,
     write_requests_csv,
 )
-from meshplan.serving.request import RequestRecord
+from meshplan.serving.traffic.request import RequestRecord
 
 
 def record(id, arrival, times, input_len=100, cached=0, preemptions=0, replica=0, done=True):

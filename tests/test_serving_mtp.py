@@ -13,9 +13,9 @@ from meshplan import Cluster, load_model
 from meshplan.cli.app import app
 from meshplan.export.serving import sglang, vllm
 from meshplan.model import counts
-from meshplan.serving.constants import engine_constants
-from meshplan.serving.costmodel import IterationCost
-from meshplan.serving.memory import kv_layout, weight_bytes_per_gpu
+from meshplan.serving.cost.constants import engine_constants
+from meshplan.serving.cost.iteration import IterationCost
+from meshplan.serving.cost.memory import kv_layout, weight_bytes_per_gpu
 from meshplan.serving.plan import ServingPlan
 
 DSV3 = load_model("deepseek-v3")

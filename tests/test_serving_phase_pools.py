@@ -13,11 +13,11 @@ from meshplan.cli.app import app
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
-from meshplan.serving.deployment import build_replicas, resolve_pools
-from meshplan.serving.iterations import IterationLog
+from meshplan.serving.engine.deployment import build_replicas, resolve_pools
+from meshplan.serving.engine.iterations import IterationLog
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 from meshplan.validate.records import load_records, parse_record
 from meshplan.validate.run import serving_rows
 

@@ -17,19 +17,19 @@ from typer.testing import CliRunner
 import meshplan
 from meshplan.cli.app import app
 from meshplan.errors import ConfigError
-from meshplan.serving.bounds import replica_bounds, uncached_input_tokens
-from meshplan.serving.capacity import (
+from meshplan.serving.search.bounds import replica_bounds, uncached_input_tokens
+from meshplan.serving.search.capacity import (
     UTILIZATION_CAP, Targets, at_rate, capacity, margins, saturated_rate,
 )
-from meshplan.serving.deployment import build_replicas, resolve_pools
-from meshplan.serving.iterations import IterationLog
+from meshplan.serving.engine.deployment import build_replicas, resolve_pools
+from meshplan.serving.engine.iterations import IterationLog
 from meshplan.serving.plan import ServingPlan
-from meshplan.serving.plan_report import render, result_dict
-from meshplan.serving.plan_search import deployment_plan, search
-from meshplan.serving.request import RequestRecord
-from meshplan.serving.search import OBJECTIVES, Space, score
+from meshplan.serving.search.report import render, result_dict
+from meshplan.serving.search.run import deployment_plan, search
+from meshplan.serving.traffic.request import RequestRecord
+from meshplan.serving.search.candidates import OBJECTIVES, Space, score
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 GPU = "h100-sxm-80gb"
 SPACE = Space(tps=(1, 2), budgets=(None,), quantize=False, disaggregate=True)

@@ -8,9 +8,9 @@ import pytest
 
 from meshplan import Cluster, load_model
 from meshplan.serving.plan import Disaggregation, ServingPlan
-from meshplan.serving.replica import Replica
+from meshplan.serving.engine.replica import Replica
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 CASES = {
     "offline vllm": (ServingPlan(), dict(num_requests=120, input_len=512, output_len=200)),

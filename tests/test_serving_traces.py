@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from meshplan.errors import ConfigError
-from meshplan.serving.traces import parse_azure_time, read_burstgpt, read_trace
-from meshplan.serving.workload import TraceRow, from_trace
+from meshplan.serving.traffic.traces import parse_azure_time, read_burstgpt, read_trace
+from meshplan.serving.traffic.workload import TraceRow, from_trace
 
 DATA = Path(__file__).parent / "data" / "traces"
 

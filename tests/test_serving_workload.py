@@ -7,8 +7,8 @@ import pytest
 from scipy import stats
 
 from meshplan.errors import ConfigError
-from meshplan.serving.lengths import sample_lengths, sharegpt_table, uniform_range
-from meshplan.serving.workload import WorkloadSpec, block_hashes, synthesize
+from meshplan.serving.traffic.lengths import sample_lengths, sharegpt_table, uniform_range
+from meshplan.serving.traffic.workload import WorkloadSpec, block_hashes, synthesize
 
 
 def _lengths(kind: str, n: int = 20_000, seed: int = 0, **kw):
@@ -225,7 +225,7 @@ def test_every_field_is_documented():
 @pytest.mark.parametrize("dataset", ["fixed", "random", "sharegpt"])
 def test_single_turn_requests_equal_the_session_builder(arrival, dataset, monkeypatch):
     """One-turn sessions without a system prompt skip the session builder: same requests."""
-    from meshplan.serving import workload
+    from meshplan.serving.traffic import workload
 
     spec = WorkloadSpec(arrival=arrival, request_rate=None if arrival == "offline" else 5.0,
                         dataset=dataset, num_requests=300,

@@ -1,5 +1,6 @@
-"""Site profiles (meshplan.site, meshplan.site_fit): fitting a few multipliers on a user's own
-runs, saving them outside the package, and applying them with --site / MESHPLAN_SITE / site=."""
+"""Site profiles (meshplan.calibration.site, meshplan.calibration.site_fit): fitting a few
+multipliers on a user's own runs, saving them outside the package, and applying them with --site /
+MESHPLAN_SITE / site=."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typer.testing import CliRunner
 import meshplan
 from meshplan.cli.app import app
 from meshplan.errors import ConfigError
-from meshplan.site import active_site, load_site, site_path, use_site
+from meshplan.calibration.site import active_site, load_site, site_path, use_site
 
 from tests.conftest import RECORDS
 

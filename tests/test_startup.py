@@ -18,7 +18,7 @@ import json, sys
 print(json.dumps(sorted(sys.modules)), file=sys.stderr)
 """
 HEAVY = ("scipy", "numpy", "pydantic", "meshplan.serving", "meshplan.training", "meshplan.validate",
-         "meshplan.calibrate", "meshplan.export", "torch")
+         "meshplan.calibration", "meshplan.export", "torch")
 
 
 def modules_after(body: str) -> set[str]:
@@ -58,7 +58,7 @@ def test_help_page_imports_no_command():
 def test_catalog_listing_imports_no_numerics():
     modules = modules_after(cli("gpus", "list"))
     assert not loaded(modules, ("scipy", "numpy", "meshplan.serving", "meshplan.training",
-                                "meshplan.validate", "meshplan.calibrate"))
+                                "meshplan.validate", "meshplan.calibration"))
 
 
 def test_a_dense_single_estimate_imports_no_numerics():
@@ -70,7 +70,8 @@ def test_a_dense_single_estimate_imports_no_numerics():
     assert "meshplan.training.estimate" in modules
     assert not loaded(modules, ("scipy", "numpy", "meshplan.serving", "torch"))
     # the group's other commands stay unloaded: no plan search, no exporters
-    assert not loaded(modules, ("meshplan.cli.train_plan", "meshplan.cli.train_export",
+    assert not loaded(modules, ("meshplan.cli.commands.train_plan",
+                                "meshplan.cli.commands.train_export",
                                 "meshplan.training.search", "meshplan.export"))
 
 
@@ -97,5 +98,5 @@ def test_a_group_page_help_is_the_sub_commands_own(group, name):
     attr, table = SUBCOMMANDS[group]
     import importlib
 
-    app = getattr(importlib.import_module(f"meshplan.cli.{group}"), attr)
+    app = getattr(importlib.import_module(f"meshplan.cli.commands.{group}"), attr)
     assert {c.name for c in app.registered_commands} <= set(table)

@@ -15,13 +15,13 @@ from meshplan.costs.constants import constants_for, gpu_ceiling, upper_bound
 from meshplan.costs.ops import clock_factor, gemm_time
 from meshplan.errors import ConfigError
 from meshplan.training import TrainingPlan, resolve_plan
-from meshplan.training.constants import TrainingConstants, apply_fit
-from meshplan.training.context import cost_context
+from meshplan.training.time.constants import TrainingConstants, apply_fit
+from meshplan.training.time.context import cost_context
 from meshplan.training.estimate import estimate_step
-from meshplan.training.layer_time import _tp_comm, layer_time
-from meshplan.training.resolve import MICROBATCHES_PER_STAGE
-from meshplan.training.states import layer_split
-from meshplan.training.step import _fsdp_traffic
+from meshplan.training.time.layer import _tp_comm, layer_time
+from meshplan.training.layout.resolve import MICROBATCHES_PER_STAGE
+from meshplan.training.memory.states import layer_split
+from meshplan.training.time.step import _fsdp_traffic
 
 L8 = load_model("llama-3.1-8b")
 L70 = load_model("llama-3.1-70b")
@@ -112,8 +112,8 @@ def test_cli_estimate_table():
 
 
 def _layer(attention, seq_len, framework="hf"):
-    from meshplan.training.context import cost_context
-    from meshplan.training.layer_time import layer_time
+    from meshplan.training.time.context import cost_context
+    from meshplan.training.time.layer import layer_time
     cluster = Cluster.build("h100-sxm-80gb", 8)
     plan = resolve_plan(TrainingPlan(framework=framework, attention=attention, seq_len=seq_len,
                                      global_batch_size=8, micro_batch_size=1), L8, cluster)
@@ -277,7 +277,7 @@ def test_every_gpu_ceiling_row_names_a_catalog_gpu_and_a_microbenchmark():
 def test_moe_layers_stream_their_routed_copies():
     # Permute, sort and combine move every routed copy through HBM: top-8 routing pays for
     # twice the copies of top-4 at the same expert width and count.
-    from meshplan.training.layer_time import MOE_PERMUTE_PASSES, _memory_bound
+    from meshplan.training.time.layer import MOE_PERMUTE_PASSES, _memory_bound
 
     model = load_model("qwen3-30b-a3b")
     cluster = Cluster.build("h100-sxm-80gb", 8)
@@ -296,7 +296,7 @@ def test_moe_layers_stream_their_routed_copies():
 def test_loss_streams_fp32_logits_forward_and_backward():
     # The last stage pays the head GEMM and an unfused fp32 cross-entropy: 30 bytes per logit
     # forward, 14 backward (see LOSS_BYTES_PER_LOGIT), at achievable HBM bandwidth.
-    from meshplan.training.step import LOSS_BYTES_PER_LOGIT, LOSS_KERNELS, _embedding_and_head
+    from meshplan.training.time.step import LOSS_BYTES_PER_LOGIT, LOSS_KERNELS, _embedding_and_head
 
     cluster = Cluster.build("h100-sxm-80gb", 8)
     plan = resolve_plan(TrainingPlan(tp=2, global_batch_size=8, micro_batch_size=1), L8, cluster)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from meshplan.training import sweep
+from meshplan.training.search import grid as sweep
 
 GRID = (["llama-3.2-1b", "gpt2"], ["h100-sxm-80gb"], [8, 16], [2048])
 

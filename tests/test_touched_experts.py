@@ -1,4 +1,4 @@
-"""Touched experts in training micro-batches (costs/routing.py, training/layer_time.py): a
+"""Touched experts in training micro-batches (costs/routing.py, training/time/layer.py): a
 micro-batch of T routed tokens with top-k of E experts reads and runs only the experts some token
 reaches, E (1 - (1 - k/E)^T) in expectation; checked against a sampled uniform router."""
 
@@ -10,8 +10,8 @@ import pytest
 from meshplan import Cluster, load_model
 from meshplan.model.spec import MoEMLP
 from meshplan.training import TrainingPlan, resolve_plan
-from meshplan.training.context import cost_context
-from meshplan.training.layer_time import layer_time, touched_experts
+from meshplan.training.time.context import cost_context
+from meshplan.training.time.layer import layer_time, touched_experts
 
 
 def sampled_local_touched(tokens: int, top_k: int, experts: int, ep: int, trials: int = 400) -> float:

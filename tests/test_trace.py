@@ -6,7 +6,7 @@ import gzip
 import json
 
 from meshplan.report import chrome_trace, write_trace
-from meshplan.training.pipeline_sim import StageTimes, simulate_pipeline
+from meshplan.training.pipeline.simulate import StageTimes, simulate_pipeline
 
 PP, VPP, M = 2, 2, 4
 

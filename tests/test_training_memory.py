@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from meshplan import Cluster, load_model
 from meshplan.cli.app import app
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
-from meshplan.training.schedules import in_flight_chunks
+from meshplan.training.pipeline.schedules import in_flight_chunks
 
 L8 = load_model("llama-3.1-8b")
 L70 = load_model("llama-3.1-70b")

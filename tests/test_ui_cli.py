@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from meshplan.cli.app import app
-from meshplan.cli.ui import is_loopback
+from meshplan.cli.commands.ui import is_loopback
 
 
 def run(*args: str):
@@ -71,7 +71,7 @@ def test_the_command_module_imports_no_web_stack():
     """`meshplan ui --help` and the root help import no FastAPI, uvicorn or Jinja2."""
     import subprocess
 
-    probe = ("import sys, meshplan.cli.ui; "
+    probe = ("import sys, meshplan.cli.commands.ui; "
              "print([m for m in ('fastapi', 'uvicorn', 'jinja2', 'starlette') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

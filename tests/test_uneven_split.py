@@ -14,7 +14,7 @@ import pytest
 from meshplan import Cluster, TrainingPlan, estimate_memory, load_model, resolve_plan
 from meshplan.errors import ConfigError
 from meshplan.training.choose import best_plan
-from meshplan.training.resolve import edge_split
+from meshplan.training.layout.resolve import edge_split
 
 GIB = 2**30
 

@@ -35,10 +35,10 @@ _LAZY = {
     "estimate_training": "meshplan.api",
     "search_training_plans": "meshplan.api",
     # serving: workloads, simulation and plan search
-    "SLO": "meshplan.serving.metrics",
+    "SLO": "meshplan.serving.metrics.summary",
     "ServingPlan": "meshplan.serving.plan",
-    "WorkloadSpec": "meshplan.serving.workload",
-    "synthesize": "meshplan.serving.workload",
+    "WorkloadSpec": "meshplan.serving.traffic.workload",
+    "synthesize": "meshplan.serving.traffic.workload",
     "simulate": "meshplan.serving.simulate",
     "search_serving_plans": "meshplan.api",
     "serving_deployment": "meshplan.api",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from meshplan.hardware import Cluster
 from meshplan.model import ModelSpec, load_model
-from meshplan.site import site_context
+from meshplan.calibration.site import site_context
 from meshplan.training.plan import TrainingPlan
 
 
@@ -58,7 +58,7 @@ def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: Traini
     when another thread runs in it (a web server, a notebook kernel); elsewhere 1.
     """
     from meshplan.errors import ConfigError
-    from meshplan.training.search import search
+    from meshplan.training.search.plans import search
 
     if objective not in ("throughput", "cost", "time-to-train"):
         raise ConfigError(f"objective {objective!r}: use throughput, cost or time-to-train")
@@ -94,9 +94,9 @@ def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload
     workers: processes simulating candidates in parallel (1: in this process).
     site: a site profile (name, file or `SiteProfile`) to apply; None: the packaged model alone.
     """
-    from meshplan.serving.capacity import Targets
-    from meshplan.serving.plan_search import search
-    from meshplan.serving.search import Space
+    from meshplan.serving.search.capacity import Targets
+    from meshplan.serving.search.run import search
+    from meshplan.serving.search.candidates import Space
 
     names = [gpus] if isinstance(gpus, str) else list(gpus)
     clusters = [Cluster.build(g, 1) for g in names]  # hardware only; the search sizes each plan
@@ -110,7 +110,7 @@ def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload
 def serving_deployment(candidate):
     """The whole deployment of a `search_serving_plans` candidate as one `ServingPlan` (the unit
     repeated `replicas` times), ready for `export_serving`."""
-    from meshplan.serving.plan_search import deployment_plan
+    from meshplan.serving.search.run import deployment_plan
 
     return deployment_plan(candidate)
 

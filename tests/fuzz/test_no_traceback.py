@@ -18,7 +18,7 @@ from meshplan.cli.app import app
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.model.catalog_index import list_entries  # noqa: F401  (catalog is importable)
-from meshplan.serving.traces import read_trace
+from meshplan.serving.traffic.traces import read_trace
 from meshplan.validate.records import read_records
 
 runner = CliRunner()

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 from meshplan.hardware import Cluster  # noqa: E402
 from meshplan.model import from_config  # noqa: E402
 from meshplan.training import TrainingPlan, resolve_plan  # noqa: E402
-from meshplan.training.activations import layer_activation_bytes  # noqa: E402
+from meshplan.training.memory.activations import layer_activation_bytes  # noqa: E402
 from tests.torch_tier.hf_saved import measure_saved_bytes  # noqa: E402
 from tests.torch_tier.small_configs import SMALL_CONFIGS  # noqa: E402
 

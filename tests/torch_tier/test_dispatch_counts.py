@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from meshplan.costs.host import OPS_PER_KERNEL  # noqa: E402
-from meshplan.training.kernels import _profiles  # noqa: E402
+from meshplan.training.time.kernels import _profiles  # noqa: E402
 
 METADATA = {"view", "_unsafe_view", "t", "transpose", "slice", "unsqueeze", "alias", "expand",
             "reshape", "permute", "select", "squeeze", "as_strided", "detach", "split", "chunk"}

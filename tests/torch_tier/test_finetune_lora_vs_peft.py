@@ -108,7 +108,7 @@ def test_saved_bytes_match_autograd_under_peft(family, attention, targets, batch
     that passes a gradient on)."""
     from meshplan.hardware import Cluster
     from meshplan.training import TrainingPlan, resolve_plan
-    from meshplan.training.activations import layer_activation_bytes
+    from meshplan.training.memory.activations import layer_activation_bytes
     from tests.torch_tier.hf_saved import build_train_model, measure_saved_bytes
 
     config = SMALL_CONFIGS[family]
@@ -163,7 +163,7 @@ def test_lora_layer_ops_match_the_kernel_profile(targets):
     """Ops dispatched per layer pass under PEFT vs kernels.lora_host_s on the measured full-training
     counts (+-10%, as test_dispatch_counts)."""
     from meshplan.costs.host import HOST_OP_S
-    from meshplan.training.kernels import lora_host_s
+    from meshplan.training.time.kernels import lora_host_s
 
     full = _layer_ops(None)
     predicted = lora_host_s("pytorch-eager", len(targets), tuple(n * HOST_OP_S for n in full))

@@ -1,4 +1,4 @@
-"""The 4-/2-bit KV bytes of meshplan.serving.kvquant against a reference KIVI-style quantizer in
+"""The 4-/2-bit KV bytes of meshplan.serving.cost.kvquant against a reference KIVI-style quantizer in
 PyTorch: keys quantized per channel (groups of G tokens), values per token (groups of G
 channels), asymmetric with an fp16 scale and zero point per group, codes packed into uint8.
 The reference is first checked to reconstruct the cache within half a quantization step, so
@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from meshplan.serving.kvquant import GROUP_SIZE, kv_element_bytes  # noqa: E402
+from meshplan.serving.cost.kvquant import GROUP_SIZE, kv_element_bytes  # noqa: E402
 
 
 def _quantize(x, bits, dim):

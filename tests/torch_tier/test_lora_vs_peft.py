@@ -1,4 +1,4 @@
-"""Adapter weights of meshplan.serving.lora against peft: a LoRA of rank r on every attention
+"""Adapter weights of meshplan.serving.cost.lora against peft: a LoRA of rank r on every attention
 projection and every dense MLP projection of a small Llama (GQA, head_dim != hidden/heads) and
 a small Qwen2 (q/k/v biases: LoRA adds none), counted as peft's trainable parameters.
 Tolerance: exact."""
@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")
 
 from meshplan.model.load import from_config  # noqa: E402
-from meshplan.serving.lora import adapter_params  # noqa: E402
+from meshplan.serving.cost.lora import adapter_params  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 CONFIGS = {

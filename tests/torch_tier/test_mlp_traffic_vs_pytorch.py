@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from meshplan.serving.costmodel import activation_bytes, moe_traffic_bytes  # noqa: E402
+from meshplan.serving.cost.iteration import activation_bytes, moe_traffic_bytes  # noqa: E402
 
 
 def _reference_moe(x, router, w_gate_up, w_down, top_k):

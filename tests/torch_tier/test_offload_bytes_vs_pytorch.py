@@ -10,8 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from meshplan import Cluster, TrainingPlan, load_model, resolve_plan  # noqa: E402
-from meshplan.training.offload import swapped_bytes  # noqa: E402
-from meshplan.training.states import state_bytes  # noqa: E402
+from meshplan.training.time.offload import swapped_bytes  # noqa: E402
+from meshplan.training.memory.states import state_bytes  # noqa: E402
 
 
 def _host_bytes_per_param(optimizer: str) -> float:

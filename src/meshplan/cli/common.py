@@ -171,7 +171,7 @@ SITE_HELP = ("Site profile to apply on top of the packaged model: a name fitted 
 def with_site(func: F) -> F:
     """Give a command a `--site NAME|FILE` option (default $MESHPLAN_SITE) and run it with that
     site profile active; say on stderr which profile is used and what it does not cover."""
-    from meshplan.site import use_site
+    from meshplan.calibration.site import use_site
 
     signature = inspect.signature(func)
     option = inspect.Parameter("site", inspect.Parameter.KEYWORD_ONLY, annotation=str,

@@ -39,10 +39,10 @@ def _holder() -> typer.Typer:
 
 
 def _command(module: str) -> Callable[[], Command]:
-    """A loader for a command that `meshplan.cli.<module>.register(app)` adds to an app."""
+    """A loader for a command that `meshplan.cli.commands.<module>.register(app)` adds to an app."""
     def load() -> Command:
         holder = _holder()
-        importlib.import_module(f"meshplan.cli.{module}").register(holder)
+        importlib.import_module(f"meshplan.cli.commands.{module}").register(holder)
         return typer.main.get_command(holder).commands[module]
     return load
 
@@ -50,7 +50,7 @@ def _command(module: str) -> Callable[[], Command]:
 def _group(name: str, attr: str, *modules: str) -> Callable[[], Command]:
     """A loader for the typer sub-app `attr` of modules[0], which modules[1:] add commands to."""
     def load() -> Command:
-        loaded = [importlib.import_module(f"meshplan.cli.{m}") for m in modules]
+        loaded = [importlib.import_module(f"meshplan.cli.commands.{m}") for m in modules]
         for extra in loaded[1:]:
             extra.register(None)
         holder = _holder()
@@ -124,7 +124,7 @@ SUBCOMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "export": ("serve_plan", "Print the launch commands of a plan for vLLM or SGLang."),
     }),
 }
-"""Group -> (its typer app's name in `meshplan.cli.<group>`, sub-command -> (the module that
+"""Group -> (its typer app's name in `meshplan.cli.commands.<group>`, sub-command -> (the module that
 defines it, the short help the group's page shows))."""
 
 
@@ -153,7 +153,7 @@ class LazySubGroup(TyperGroup):
 def load_sub(group: str, name: str) -> Command:
     """The real click command of `group name`, imported and converted once."""
     attr, table = SUBCOMMANDS[group]
-    app = getattr(importlib.import_module(f"meshplan.cli.{group}"), attr)
+    app = getattr(importlib.import_module(f"meshplan.cli.commands.{group}"), attr)
     module = table[name][0]
     if module != group:
         _registered(module)
@@ -165,8 +165,8 @@ def load_sub(group: str, name: str) -> Command:
 
 @functools.cache
 def _registered(module: str) -> None:
-    """Import `meshplan.cli.<module>` and let it add its commands to its group, once."""
-    importlib.import_module(f"meshplan.cli.{module}").register(None)
+    """Import `meshplan.cli.commands.<module>` and let it add its commands to its group, once."""
+    importlib.import_module(f"meshplan.cli.commands.{module}").register(None)
 
 
 class LazyGroup(TyperGroup):

@@ -13,8 +13,8 @@ from meshplan.errors import ConfigError, UnknownNameError
 from meshplan.export import deepspeed, megatron, torchtitan
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.training.capabilities import EXPORT_TARGETS, check
-from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.layout.capabilities import EXPORT_TARGETS, check
+from meshplan.training.layout.resolve import ResolvedPlan
 
 Exporter = Callable[[ModelSpec, Cluster, ResolvedPlan], str]
 

@@ -26,7 +26,7 @@ import json
 
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.layout.resolve import ResolvedPlan
 
 TARGET_VERSION = "DeepSpeed 0.16+ (config-json docs @ 01f31a835dec509a48859161344f19d85ae6c31a)"
 

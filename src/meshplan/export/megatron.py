@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, ModelSpec, MoEMLP
-from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.layout.resolve import ResolvedPlan
 
 TARGET_VERSION = "Megatron-LM core_r0.14+ (main @ 000c4ac24f61159c138b0975def722c65245983c)"
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.training.capabilities import EXPORT_TARGETS, problems
+from meshplan.training.layout.capabilities import EXPORT_TARGETS, problems
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.resolve import (
+from meshplan.training.layout.resolve import (
     DEFAULT_SHARDING,
     TP_OVERLAP_FRAMEWORKS,
     ResolvedPlan,

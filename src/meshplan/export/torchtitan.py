@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.training.resolve import ResolvedPlan
+from meshplan.training.layout.resolve import ResolvedPlan
 
 TARGET_VERSION = "torchtitan v0.1 TOML schema (main @ 000204a4a8bf3d0f31adc44fc29855fbb6ea13d8)"
 

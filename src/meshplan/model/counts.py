@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from meshplan.errors import ConfigError
+from meshplan.memo import MISS, IdentityMemo
 from meshplan.model.spec import AttentionSpec, DenseMLP, LayerSpec, ModelSpec, MoEMLP
 
 BYTES_PER_ELEMENT = {
@@ -139,34 +140,32 @@ def norm_params(width: int, kind: str) -> int:
     return width * (2 if kind == "layernorm" else 1)
 
 
-_KINDS: dict[int, tuple] = {}
+_KINDS = IdentityMemo(256)
 
 
 def layer_kinds(model: ModelSpec) -> tuple[int, ...]:
     """For each layer, the index of the first layer equal to it: the distinct layer kinds,
     computed once per model (comparing frozen layers by value is what costs)."""
-    return _kinds_entry(model)[1]
+    return _kinds_entry(model)[0]
 
 
 def distinct_kinds(model: ModelSpec) -> tuple[int, ...]:
     """The distinct values of `layer_kinds` (one layer index per kind), ascending, once per model
     (`ModelSpec.is_moe` is asked for every plan a search resolves)."""
-    return _kinds_entry(model)[2]
+    return _kinds_entry(model)[1]
 
 
 def _kinds_entry(model: ModelSpec) -> tuple:
-    hit = _KINDS.get(id(model))
-    if hit is not None and hit[0] is model:
+    """(layer kinds, distinct kinds) of `model`, once per model."""
+    hit = _KINDS.find(id(model), model)
+    if hit is not MISS:
         return hit
     first: dict = {}
     kinds = tuple(first.setdefault(layer, i) for i, layer in enumerate(model.layers))
-    if len(_KINDS) > 256:
-        _KINDS.clear()
-    hit = _KINDS[id(model)] = (model, kinds, tuple(sorted(set(kinds))))
-    return hit
+    return _KINDS.keep(id(model), (model,), (kinds, tuple(sorted(set(kinds)))))
 
 
-_LAYER_PARAMS: dict[tuple[int, int], tuple] = {}
+_LAYER_PARAMS = IdentityMemo(4096)
 """layer_params by object identity (the plan search asks for the same layers thousands of times
 and hashing nested frozen dataclasses costs more than the count); each entry keeps its layer and
 model alive so an id is never reused while cached."""
@@ -174,14 +173,11 @@ model alive so an id is never reused while cached."""
 
 def layer_params(layer: LayerSpec, model: ModelSpec) -> LayerParams:
     """Parameters of one decoder layer of `model`, by kind."""
-    hit = _LAYER_PARAMS.get((id(layer), id(model)))
-    if hit is not None and hit[0] is layer and hit[1] is model:
-        return hit[2]
-    if len(_LAYER_PARAMS) > 4096:
-        _LAYER_PARAMS.clear()
-    value = _layer_params(layer, model)
-    _LAYER_PARAMS[(id(layer), id(model))] = (layer, model, value)
-    return value
+    key = (id(layer), id(model))
+    hit = _LAYER_PARAMS.find(key, layer, model)
+    if hit is not MISS:
+        return hit
+    return _LAYER_PARAMS.keep(key, (layer, model), _layer_params(layer, model))
 
 
 def _layer_params(layer: LayerSpec, model: ModelSpec) -> LayerParams:
@@ -282,7 +278,7 @@ def matmul_flops_per_token(model: ModelSpec) -> int:
     return 2 * (weights + model.vocab_size * h)
 
 
-_FORWARD: dict[tuple[int, int, bool], tuple[ModelSpec, float]] = {}
+_FORWARD = IdentityMemo(1024)
 """forward_flops_per_token by model identity: every estimate asks it, and its float sum over the
 layers is kept in layer order (the same bits as ever) rather than regrouped."""
 
@@ -292,15 +288,11 @@ def forward_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True)
     if seq_len < 1:
         raise ConfigError(f"seq_len must be a positive integer, got {seq_len}")
     key = (id(model), seq_len, causal)
-    hit = _FORWARD.get(key)
-    if hit is not None and hit[0] is model:
-        return hit[1]
+    hit = _FORWARD.find(key, model)
+    if hit is not MISS:
+        return hit
     attn = sum(attention_flops_per_token(layer.attention, seq_len, causal) for layer in model.layers)
-    value = matmul_flops_per_token(model) + attn
-    if len(_FORWARD) > 1024:
-        _FORWARD.clear()
-    _FORWARD[key] = (model, value)
-    return value
+    return _FORWARD.keep(key, (model,), matmul_flops_per_token(model) + attn)
 
 
 # ---------------------------------------------------------------- KV cache

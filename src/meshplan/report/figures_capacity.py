@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from meshplan.report.viz import graph_objects, require, subplots
-from meshplan.serving.capacity import Targets
-from meshplan.serving.plan_report import layout
-from meshplan.serving.plan_search import SearchResult
+from meshplan.serving.search.capacity import Targets
+from meshplan.serving.search.report import layout
+from meshplan.serving.search.run import SearchResult
 
 METRICS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"))
 """(label, key) of the latencies: key_ms_pXX in sweep rows, key in SLO margins, key_ms in Targets."""

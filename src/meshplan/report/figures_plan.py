@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from meshplan.report.viz import graph_objects
-from meshplan.training.economics import economics
+from meshplan.training.search.economics import economics
 from meshplan.training.estimate import StepEstimate
-from meshplan.training.search import SearchResult, why_better
+from meshplan.training.search.plans import SearchResult, why_better
 
 
 def ranked_overall(results: Mapping[int, SearchResult]) -> list[tuple[int, StepEstimate]]:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from meshplan.report.viz import graph_objects, subplots
-from meshplan.serving.metrics import SLO, kv_utilization_over_time, summed_over_time
-from meshplan.serving.iterations import time_bins
+from meshplan.serving.metrics.summary import SLO, kv_utilization_over_time, summed_over_time
+from meshplan.serving.engine.iterations import time_bins
 from meshplan.serving.simulate import SimulationResult
 
 LATENCIES = (("TTFT", "ttft_ms", "ttft_s"), ("TPOT", "tpot_ms", "tpot_s"), ("E2E", "e2e_ms", "e2e_s"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from meshplan.report.trace import chrome_trace
 from meshplan.report.viz import graph_objects
 from meshplan.training.estimate import StepEstimate
-from meshplan.training.memory import MemoryEstimate
+from meshplan.training.memory.total import MemoryEstimate
 
 GIB = 2**30
 MEMORY_PARTS = (("weights", "weights_bytes"), ("gradients", "gradients_bytes"),

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from meshplan.report import figures_capacity as fc
 from meshplan.report import figures_serving as fs
 from meshplan.report.html import Report, Section
-from meshplan.serving.capacity import Targets
-from meshplan.serving.metrics import SLO
-from meshplan.serving.plan_search import SearchResult
+from meshplan.serving.search.capacity import Targets
+from meshplan.serving.metrics.summary import SLO
+from meshplan.serving.search.run import SearchResult
 from meshplan.serving.simulate import SimulationResult
 
 

@@ -12,8 +12,8 @@ from meshplan.report import figures_plan as fp
 from meshplan.report import figures_training as ft
 from meshplan.report.html import Report, Section
 from meshplan.training.estimate import StepEstimate
-from meshplan.training.memory import MemoryEstimate
-from meshplan.training.search import SearchResult
+from meshplan.training.memory.total import MemoryEstimate
+from meshplan.training.search.plans import SearchResult
 
 GIB = 2**30
 

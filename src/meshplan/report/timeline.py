@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from meshplan.training.pipeline_sim import PipeEvent
+from meshplan.training.pipeline.simulate import PipeEvent
 
 SYMBOLS = {"F": "F", "B": "B", "W": "w"}
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
 
-from meshplan.training.pipeline_sim import PipeEvent
+from meshplan.training.pipeline.simulate import PipeEvent
 
 COMPUTE, P2P = "compute", "pp p2p"
 _COMPUTE_KINDS = frozenset({"F", "B", "W"})

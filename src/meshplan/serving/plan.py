@@ -2,7 +2,7 @@
 
 A plan never holds a hardware number. Engine knobs keep the engines' own names
 (`max_num_seqs`, `max_num_batched_tokens`, `gpu_memory_utilization`); fields left as None take
-the engine's default for the GPU (see `meshplan.serving.defaults`), reported as chosen.
+the engine's default for the GPU (see `meshplan.serving.engine.defaults`), reported as chosen.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class ServingPlan(BaseModel):
     """Weight precision (fp8/int8/int4/fp4 quantized checkpoints)."""
     kv_cache_dtype: KVDtype = "auto"
     """KV-cache precision; auto: the activation dtype (fp16 for fp16 weights, else bf16).
-    int4/int2: KIVI-style group-quantized KV (meshplan.serving.kvquant), a what-if (needs
+    int4/int2: KIVI-style group-quantized KV (meshplan.serving.cost.kvquant), a what-if (needs
     what_if: no modeled engine ships it)."""
     max_num_seqs: int | None = Field(None, ge=1)
     """Most requests in one iteration's batch; None: the engine default for the GPU."""
@@ -127,7 +127,7 @@ class ServingPlan(BaseModel):
     """Run every iteration eagerly, without CUDA graphs (vLLM --enforce-eager, SGLang
     --disable-cuda-graph): small batches then wait on the host's kernel launches."""
     lora_adapters: int = Field(0, ge=0)
-    """Distinct LoRA adapters the traffic uses, each request naming one (meshplan.serving.lora);
+    """Distinct LoRA adapters the traffic uses, each request naming one (meshplan.serving.cost.lora);
     0: the base model only."""
     lora_rank: int = Field(16, ge=1)
     """Rank of the adapters (vLLM --max-lora-rank, default 16)."""
@@ -137,7 +137,7 @@ class ServingPlan(BaseModel):
     kv_offload: KVOffload = "none"
     """cpu: a host-memory tier under the KV cache (LMCache, SGLang's hierarchical cache): prompt
     KV found there is copied back over the host link instead of recomputed
-    (meshplan.serving.kvtier); none: the GPU cache only."""
+    (meshplan.serving.engine.kvtier); none: the GPU cache only."""
     kv_cpu_bytes: float | None = Field(None, gt=0)
     """Host memory for offloaded KV per replica, bytes (with kv_offload=cpu, when the hits come
     from the workload's prefix sharing)."""

@@ -21,19 +21,19 @@ from meshplan.errors import ConfigError
 from meshplan.gcpause import cyclic_gc_paused
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.serving.deployment import Pool, build_replicas, resolve_pools
-from meshplan.serving.iterations import IterationLog
-from meshplan.serving.lora import assign_adapters
-from meshplan.serving.metrics import (
+from meshplan.serving.engine.deployment import Pool, build_replicas, resolve_pools
+from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.cost.lora import assign_adapters
+from meshplan.serving.metrics.summary import (
     SLO, ServingMetrics, compute_metrics, kv_utilization_over_time, queue_length_over_time,
 )
 from meshplan.serving.plan import ServingPlan
-from meshplan.serving.replica import Replica
-from meshplan.serving.request import RequestRecord
-from meshplan.serving.router import Router
-from meshplan.serving.sequence import Seq
-from meshplan.serving.token_times import SimulatedRecord
-from meshplan.serving.workload import Workload
+from meshplan.serving.engine.replica import Replica
+from meshplan.serving.traffic.request import RequestRecord
+from meshplan.serving.engine.router import Router
+from meshplan.serving.engine.sequence import Seq
+from meshplan.serving.metrics.token_times import SimulatedRecord
+from meshplan.serving.traffic.workload import Workload
 
 ARRIVAL, ITERATION, TRANSFER = 0, 1, 2
 

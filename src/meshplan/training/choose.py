@@ -9,7 +9,7 @@ from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.resolve import resolve_plan
+from meshplan.training.layout.resolve import resolve_plan
 
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)

@@ -6,20 +6,21 @@ from dataclasses import dataclass, field
 
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.training import finetune
-from meshplan.training.constants import TrainingConstants
-from meshplan.training.context import CostContext, cost_context
+from meshplan.training.finetune import adapters as finetune
+from meshplan.training.time.constants import TrainingConstants
+from meshplan.training.time.context import CostContext, cost_context
 from meshplan.model.counts import matmul_flops_per_token
-from meshplan.training.imbalance import imbalance_report
-from meshplan.training.packing import doc_imbalance
-from meshplan.training.memory import MemoryEstimate, estimate_memory
+from meshplan.training.imbalance.report import imbalance_report
+from meshplan.training.imbalance.packing import doc_imbalance
+from meshplan.training.memory.total import MemoryEstimate, estimate_memory
 from meshplan.training.plan import QUANTIZED
-from meshplan.training.pipeline_sim import (
+from meshplan.training.pipeline.simulate import (
     PipelineResult, StageTimes, simulate_pipeline, step_lower_bound,
 )
-from meshplan.training.resolve import ResolvedPlan
-from meshplan.training.states import stage_signatures
-from meshplan.training.step import ChunkTime, chunk_times, dp_seconds, optimizer_seconds, p2p_seconds
+from meshplan.training.layout.resolve import ResolvedPlan
+from meshplan.training.memory.states import stage_signatures
+from meshplan.training.time.step import (ChunkTime, chunk_times, dp_seconds, optimizer_seconds,
+                                          p2p_seconds)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,7 +42,8 @@ class StepEstimate:
     """Per-stage memory (None when estimated without it, e.g. while calibrating)."""
     chunks: tuple[ChunkTime, ...] = field(repr=False)
     imbalance: dict[str, dict] = field(default_factory=dict)
-    """Document attention and MoE routing imbalance (training/imbalance.py); empty by default."""
+    """Document attention and MoE routing imbalance (training/imbalance/report.py); empty by
+    default."""
 
 
 def _stage_times(ctx: CostContext, chunks: list[ChunkTime]) -> list[StageTimes]:

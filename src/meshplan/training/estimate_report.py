@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshplan.training.estimate import StepEstimate
-from meshplan.training.memory_report import memory_dict
+from meshplan.training.memory.report import memory_dict
 
 
 def estimate_dict(est: StepEstimate) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from meshplan.errors import ConfigError
 
 FINAL = ("done", "failed", "cancelled")
 """States a job never leaves."""
-PRELOAD = ["meshplan.ui.work", "meshplan.training.search", "meshplan.serving.plan_search",
+PRELOAD = ["meshplan.ui.work", "meshplan.training.search.plans", "meshplan.serving.search.run",
            "meshplan.validate.run"]
 """Modules the forkserver imports once, so a job's process starts without importing them."""
 

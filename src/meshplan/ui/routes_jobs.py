@@ -200,13 +200,13 @@ def export(job_id: str, target: str, request: Request, index: int = 1) -> PlainT
 
 
 def _export_training(result: dict, entry: dict, target: str) -> tuple[str, list[str]]:
-    from meshplan.cli.train_export import export_entry
+    from meshplan.cli.commands.train_export import export_entry
 
     return export_entry(entry, target)
 
 
 def _export_serving(result: dict, entry: dict, target: str) -> tuple[str, list[str]]:
-    from meshplan.cli.serve_plan import hub_repo
+    from meshplan.cli.commands.serve_plan import hub_repo
     from meshplan.export.serving import export_serving
     from meshplan.serving.plan import ServingPlan
 

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from meshplan.serving.plan import ServingPlan
-from meshplan.serving.workload import WorkloadSpec
+from meshplan.serving.traffic.workload import WorkloadSpec
 from meshplan.training.plan import TrainingPlan
 
 CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)

@@ -16,7 +16,7 @@ Progress = Callable[[int, int], None]
 def train_memory(body: dict, plots: bool = False) -> dict:
     """`train memory --json` of a TrainingRequest (and its report page when `plots`)."""
     from meshplan.training import estimate_memory, resolve_plan
-    from meshplan.training.memory_report import memory_dict
+    from meshplan.training.memory.report import memory_dict
 
     spec, cluster, plan = _training_inputs(body)
     est = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
@@ -70,7 +70,7 @@ def _training_inputs(body: dict):
 def train_plan_inputs(body: dict):
     """The checked inputs of a training plan search: (request, pins, base plan, model, cluster)."""
     from meshplan.cli import options as opt
-    from meshplan.cli.train_plan import PINNABLE, check_pins, search_inputs
+    from meshplan.cli.commands.train_plan import PINNABLE, check_pins, search_inputs
     from meshplan.model import load_model
     from meshplan.ui.schemas import TrainingSearchRequest
 
@@ -99,9 +99,9 @@ def _in_parts(progress: Progress | None, part: int, parts: int) -> Progress | No
 def train_plan(body: dict, progress: Progress | None = None) -> dict:
     """`train plan --json` of a TrainingSearchRequest: every cluster size searched, the plans
     ranked together by score, and why the winner wins."""
-    from meshplan.cli.train_plan import search_dict, search_size
+    from meshplan.cli.commands.train_plan import search_dict, search_size
     from meshplan.report.figures_plan import why_text
-    from meshplan.training.search import OBJECTIVE_UNITS
+    from meshplan.training.search.plans import OBJECTIVE_UNITS
 
     r, pinned, base, spec, clusters = train_plan_inputs(body)
     entries, searches, results = [], [], {}
@@ -129,8 +129,8 @@ def simulate_inputs(body: dict):
     """The checked inputs of a serving simulation: (request, model, cluster, workload, SLO)."""
     from meshplan.cli import options as opt
     from meshplan.model import load_model
-    from meshplan.serving.metrics import SLO
-    from meshplan.serving.workload import synthesize
+    from meshplan.serving.metrics.summary import SLO
+    from meshplan.serving.traffic.workload import synthesize
     from meshplan.ui.schemas import SimulateRequest
 
     r = SimulateRequest(**body)
@@ -145,7 +145,7 @@ def simulate_inputs(body: dict):
 
 def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
     """`serve simulate --json` of a SimulateRequest (with the SLO verdict when SLOs are given)."""
-    from meshplan.cli.serve import slo_verdict
+    from meshplan.cli.commands.serve import slo_verdict
     from meshplan.serving.simulate import simulate
 
     r, spec, cluster, workload, slo = simulate_inputs(body)
@@ -165,10 +165,10 @@ def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
 def serve_plan_inputs(body: dict):
     """The checked inputs of a serving plan search: (request, targets, unit workload, rate, model,
     clusters, search space)."""
-    from meshplan.cli.serve_plan import _targets, _unit_workload
+    from meshplan.cli.commands.serve_plan import _targets, _unit_workload
     from meshplan.hardware import Cluster
     from meshplan.model import load_model
-    from meshplan.serving.search import Space
+    from meshplan.serving.search.candidates import Space
     from meshplan.ui.schemas import ServePlanRequest
 
     r = ServePlanRequest(**body)
@@ -185,8 +185,8 @@ def serve_plan_inputs(body: dict):
 
 def serve_plan(body: dict, progress: Progress | None = None) -> dict:
     """`serve plan --json` of a ServePlanRequest (simulated in this process: no nested pool)."""
-    from meshplan.serving.plan_report import result_dict, why
-    from meshplan.serving.plan_search import search
+    from meshplan.serving.search.report import result_dict, why
+    from meshplan.serving.search.run import search
 
     r, t, unit, rate, spec, clusters, space = serve_plan_inputs(body)
     result = search(spec, clusters, unit, rate, t, max_gpus=r.max_gpus, objective=r.objective,

@@ -10,7 +10,7 @@ from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import simulate
-from meshplan.serving.workload import Workload, WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import Workload, WorkloadSpec, synthesize
 from meshplan.validate.records import record_model
 from meshplan.validate.schema import Record
 

@@ -8,7 +8,7 @@ from meshplan.hardware import Cluster
 from meshplan.model import counts
 from meshplan.model.spec import ModelSpec
 from meshplan.training.plan import TrainingPlan
-from meshplan.training.resolve import balanced_split
+from meshplan.training.layout.resolve import balanced_split
 from meshplan.validate.provenance import source_year
 from meshplan.validate.records import record_model
 from meshplan.validate.schema import Record

@@ -46,7 +46,7 @@ from meshplan.export.serving._common import (
     check_model, command, gpu_words, kv_dtype_error, layout, lora_lines, plan_lines, quantization_note,
     speculative_lines,
 )
-from meshplan.serving.lora import lora_slots
+from meshplan.serving.cost.lora import lora_slots
 from meshplan.serving.plan import ServingPlan
 
 TARGET_VERSION = ("SGLang 0.5 (sgl-project/sglang docs/advanced_features/server_arguments.md @ "

@@ -47,7 +47,7 @@ from meshplan.export.serving._common import (
     check_model, command, double_quoted, gpu_words, kv_dtype_error, layout, lora_lines, plan_lines,
     quantization_note, speculative_lines,
 )
-from meshplan.serving.lora import lora_slots
+from meshplan.serving.cost.lora import lora_slots
 from meshplan.serving.plan import ServingPlan
 
 TARGET_VERSION = "vLLM 0.11 (vllm-project/vllm main @ 99d7eb5d6a512cfcc5a2b104f24ebf2d6cda772b)"

@@ -1,0 +1,274 @@
+"""`meshplan serve simulate`: replay a workload through a simulated serving deployment."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from meshplan.cli import html_option
+from meshplan.cli import options as opt
+from meshplan.cli.common import (QUIET, console, finish, print_json, progress, show_progress,
+                                 user_errors, with_site)
+from meshplan.cli.lazy import new_app
+from meshplan.errors import ConfigError
+from meshplan.model import load_model
+from meshplan.serving.cost.lora import lora_slots
+from meshplan.serving.metrics.summary import SLO
+from meshplan.serving.plan import Disaggregation, ServingPlan
+from meshplan.serving.simulate import SimulationResult, simulate
+from meshplan.serving.traffic.traces import read_trace
+from meshplan.serving.traffic.workload import Workload, WorkloadSpec, synthesize
+
+serve_app = new_app(help="Serving deployments: simulate traffic, plan, export launch commands.",
+                        no_args_is_help=True)
+
+
+def _help(field: str) -> str:
+    return ServingPlan.model_fields[field].description or ""
+
+
+POOLS = ("both", "prefill", "decode")
+
+
+def phase_pool(pool: str, dis: dict, tp: int, pp: int, replicas: int) -> dict:
+    """The disaggregation flags of `--pool prefill|decode`: that pool alone (the other side
+    None), sized by its own flags or else by --tp, --pp and --replicas."""
+    if pool not in POOLS:
+        raise ConfigError(f"--pool {pool!r}: choose one of {', '.join(POOLS)}")
+    if pool == "both":
+        return dis
+    other = "decode" if pool == "prefill" else "prefill"
+    given = [f"--{other}-{k}" for k in ("gpus", "tp") if dis[f"{other}_{k}"] is not None]
+    if given:
+        raise ConfigError(f"--pool {pool} simulates the {pool} pool alone; drop {' and '.join(given)}")
+    size = dis[f"{pool}_tp"] or tp
+    gpus = dis[f"{pool}_gpus"] or size * pp * replicas
+    return {f"{pool}_gpus": gpus, f"{pool}_tp": size, f"{other}_gpus": None, f"{other}_tp": None}
+
+
+def build_serving_plan(pool: str = "both", **fields) -> ServingPlan:
+    """A ServingPlan from CLI values; a bad value becomes one message naming the flag."""
+    dis = {k: fields.pop(k) for k in ("prefill_gpus", "decode_gpus", "prefill_tp", "decode_tp")}
+    dis = phase_pool(pool, dis, fields.get("tp") or 1, fields.get("pp") or 1, fields.get("replicas") or 1)
+    try:
+        if any(v is not None for v in dis.values()):
+            if pool == "both" and (dis["prefill_gpus"] is None or dis["decode_gpus"] is None):
+                raise ConfigError("disaggregation needs both --prefill-gpus and --decode-gpus "
+                                  "(or --pool prefill|decode to simulate one pool alone)")
+            fields["disaggregated"] = Disaggregation(**{k: v for k, v in dis.items() if v is not None})
+        return ServingPlan(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        if not err["loc"]:  # a check across fields: its own sentence names them
+            raise ConfigError(str(err.get("ctx", {}).get("error", err["msg"]))) from None
+        flag = "--" + str(err["loc"][0]).replace("_", "-")
+        raise ConfigError(f"{flag} {err.get('input')!r}: {err['msg']}") from None
+
+
+def build_workload(trace: Path | None, trace_format: str | None, on_error: str, time_scale: float,
+                   seed: int, **spec) -> Workload:
+    """The workload: a trace file, or a synthetic spec from the workload flags."""
+    if trace is not None:
+        if trace_format is None:
+            raise ConfigError("--trace needs --trace-format (burstgpt, azure or mooncake)")
+        workload = read_trace(trace, trace_format, on_error=on_error, time_scale=time_scale,
+                              max_requests=spec.get("num_requests"))
+        lora = {k: spec[k] for k in ("lora_popularity", "lora_zipf_exponent") if spec.get(k) is not None}
+        return replace(workload, **lora, seed=seed) if lora else workload
+    return synthesize(WorkloadSpec(**spec), seed=seed)
+
+
+def _arrival(offline: bool, request_rate: float | None, concurrency: int | None, burstiness: float | None) -> str:
+    chosen = [name for name, on in (("--offline", offline), ("--request-rate", request_rate is not None),
+                                    ("--concurrency", concurrency is not None)) if on]
+    if len(chosen) > 1:
+        raise ConfigError(f"choose one arrival mode, got {' and '.join(chosen)}")
+    if concurrency is not None:
+        return "concurrency"
+    if request_rate is not None:
+        return "gamma" if burstiness not in (None, 1.0) else "poisson"
+    return "offline"
+
+
+def _run(model, cluster, plan, workload, slo, shown: bool) -> SimulationResult:
+    with progress("simulating requests", shown) as update:
+        return simulate(model, cluster, plan, workload, slo=slo, progress=update if shown else None)
+
+
+@serve_app.command("simulate")
+@user_errors
+@with_site
+def simulate_cmd(
+    model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
+    gpu: str = opt.GPU,
+    num_gpus: int = typer.Option(None, "--num-gpus", help="GPUs available (default: what the plan uses)."),
+    gpus_per_node: int = opt.GPUS_PER_NODE, inter_node_gbps_per_gpu: float = opt.INTER_NODE_GBPS,
+    engine: str = typer.Option("vllm", help=_help("engine")),
+    engine_version: str = typer.Option(None, help=_help("engine_version")),
+    tp: int = typer.Option(1, help=_help("tp")), pp: int = typer.Option(1, help=_help("pp")),
+    ep: int = typer.Option(1, help=_help("ep")), dp: int = typer.Option(1, help=_help("dp")),
+    replicas: int = typer.Option(1, help=_help("replicas")),
+    router: str = typer.Option("round-robin", help=_help("router")),
+    weights_dtype: str = typer.Option("bf16", help=_help("weights_dtype")),
+    kv_cache_dtype: str = typer.Option("auto", help=_help("kv_cache_dtype")),
+    max_num_seqs: int = typer.Option(None, help=_help("max_num_seqs")),
+    max_num_batched_tokens: int = typer.Option(None, help=_help("max_num_batched_tokens")),
+    gpu_memory_utilization: float = typer.Option(None, help=_help("gpu_memory_utilization")),
+    prefix_caching: bool = typer.Option(None, "--prefix-caching/--no-prefix-caching", help=_help("prefix_caching")),
+    chunked_prefill: bool = typer.Option(None, "--chunked-prefill/--no-chunked-prefill", help=_help("chunked_prefill")),
+    speculative_tokens: int = typer.Option(0, help=_help("speculative_tokens")),
+    acceptance_rate: float = typer.Option(None, help=_help("acceptance_rate")),
+    speculative_method: str = typer.Option("eagle", help=_help("speculative_method")),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help=_help("enforce_eager")),
+    what_if: bool = typer.Option(False, "--what-if", help=_help("what_if")),
+    kv_offload: str = typer.Option("none", help=_help("kv_offload")),
+    kv_cpu_gib: float = typer.Option(None, help="kv_offload=cpu: host memory for offloaded KV per replica, GiB."),
+    kv_hit_rate: float = typer.Option(None, help=_help("kv_hit_rate")),
+    lora_adapters: int = typer.Option(0, help=_help("lora_adapters")),
+    lora_rank: int = typer.Option(None, help=_help("lora_rank")),
+    max_loras: int = typer.Option(None, help=_help("max_loras")),
+    lora_popularity: str = typer.Option(None, help="How requests pick adapters: uniform or zipf."),
+    lora_zipf_exponent: float = typer.Option(None, help="zipf popularity: adapter k ~ 1/(k+1)^exponent (default 1)."),
+    prefill_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the prefill pool."),
+    decode_gpus: int = typer.Option(None, help="Disaggregated: GPUs of the decode pool."),
+    prefill_tp: int = typer.Option(None, help="Disaggregated: TP of each prefill instance."),
+    decode_tp: int = typer.Option(None, help="Disaggregated: TP of each decode instance."),
+    pool: str = typer.Option("both", help="both, or one pool of a disaggregated deployment alone: prefill "
+                             "(requests end with their first token) or decode (prompts' KV already present)."),
+    dataset: str = typer.Option("random", help="Lengths: fixed, random, sharegpt, normal, lognormal."),
+    input_len: int = typer.Option(None, help="Prompt tokens (fixed value, random centre, or mean)."),
+    output_len: int = typer.Option(None, help="Output tokens (fixed value, random centre, or mean)."),
+    range_ratio: float = typer.Option(None, help="random: lengths uniform in [L(1-r), L(1+r)]."),
+    request_rate: float = typer.Option(None, help="Open-loop arrivals, requests/s (Poisson, or gamma with --burstiness)."),
+    burstiness: float = typer.Option(None, help="Gamma shape of inter-arrivals (< 1 burstier; 1 = Poisson)."),
+    concurrency: int = typer.Option(None, help="Closed loop: this many clients, each sending when its last ends."),
+    offline: bool = typer.Option(False, "--offline", help="All requests at t=0 (the default arrival mode)."),
+    num_requests: int = typer.Option(None, help="Requests to simulate (default 1000; with --trace: at most this many)."),
+    shared_prefix_len: int = typer.Option(None, help="Tokens of a system prompt shared by requests."),
+    num_prefixes: int = typer.Option(None, help="Distinct shared system prompts."),
+    turns: int = typer.Option(None, help="Turns per multi-turn session."),
+    trace: Path = typer.Option(None, "--trace", help="Replay this trace file instead of a synthetic workload."),
+    trace_format: str = typer.Option(None, help="Trace format: burstgpt, azure or mooncake."),
+    on_error: str = typer.Option("stop", help="Malformed trace rows: stop (error) or skip (and report)."),
+    time_scale: float = typer.Option(1.0, help="Trace replay: multiply inter-arrival times by this."),
+    slo_ttft_ms: float = typer.Option(None, help="Goodput SLO on time to first token, ms."),
+    slo_tpot_ms: float = typer.Option(None, help="Goodput SLO on time per output token, ms."),
+    slo_e2e_ms: float = typer.Option(None, help="Goodput SLO on end-to-end latency, ms."),
+    slo_percentile: float = typer.Option(90.0, help="Share of requests (%) that must meet the SLOs "
+                                         "for the run to pass (exit 0; else 1)."),
+    seed: int = typer.Option(0, help="Random seed of the synthetic workload."),
+    json_out: bool = typer.Option(False, "--json", help="Print metrics and simulation stats as JSON."),
+    requests_csv: Path = typer.Option(None, help="Write one CSV row per request here."),
+    trace_out: Path = typer.Option(None, help="Write a Chrome/Perfetto trace of the iterations here."),
+    html: Path = html_option.HTML,
+    quiet: bool = QUIET,
+) -> None:
+    """Simulate a deployment under traffic: TTFT, TPOT, ITL, E2E, throughput and goodput."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
+    plan = build_serving_plan(
+        engine=engine, engine_version=engine_version, tp=tp, pp=pp, ep=ep, dp=dp, replicas=replicas,
+        router=router, weights_dtype=weights_dtype, kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, gpu_memory_utilization=gpu_memory_utilization,
+        prefix_caching=prefix_caching, chunked_prefill=chunked_prefill,
+        speculative_tokens=speculative_tokens, acceptance_rate=acceptance_rate,
+        speculative_method=speculative_method, enforce_eager=enforce_eager, what_if=what_if or None,
+        lora_adapters=lora_adapters, lora_rank=lora_rank, max_loras=max_loras, kv_offload=kv_offload,
+        kv_cpu_bytes=None if kv_cpu_gib is None else kv_cpu_gib * 2**30, kv_hit_rate=kv_hit_rate,
+        prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp,
+        pool=pool)
+    spec_model = load_model(model)
+    cluster = opt.build_cluster(gpu, num_gpus or plan.num_gpus, gpus_per_node, None, inter_node_gbps_per_gpu, None)
+    workload = build_workload(
+        trace, trace_format, on_error, time_scale, seed,
+        arrival=_arrival(offline, request_rate, concurrency, burstiness), request_rate=request_rate,
+        burstiness=burstiness, concurrency=concurrency, num_requests=num_requests, dataset=dataset,
+        input_len=input_len, output_len=output_len, range_ratio=range_ratio,
+        shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns,
+        lora_popularity=lora_popularity, lora_zipf_exponent=lora_zipf_exponent)
+    slo = _slo(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
+    result = _run(spec_model, cluster, plan, workload, slo,
+                  shown=show_progress(quiet, json_out) and len(workload.requests) >= 5000)
+    _write_outputs(result, requests_csv, trace_out)
+    verdict = slo_verdict(result, slo, slo_percentile)
+    if json_out:
+        print_json({**result.to_dict(), **({"slo": verdict} if verdict else {})})
+    else:
+        _render(result, workload)
+        _render_verdict(verdict)
+
+    def page():
+        from meshplan.report.pages_serving import simulate_page
+
+        title = f"{spec_model.name} on {plan.num_gpus} x {cluster.gpu.name}: {workload.description}"
+        return simulate_page(result, slo, slo_percentile, title, "meshplan serve simulate", given)
+
+    html_option.write(html, page)
+    finish(verdict is None or verdict["met"])
+
+
+def slo_verdict(result: SimulationResult, slo: SLO | None, percentile: float) -> dict | None:
+    """Share of completed requests meeting every objective, and whether it reaches `percentile`."""
+    if slo is None:
+        return None
+    m = result.metrics
+    attainment = (m.goodput_requests_per_s or 0.0) / m.requests_per_s if m.requests_per_s else 0.0
+    return {"attainment": attainment, "percentile": percentile,
+            "met": attainment * 100 >= percentile - 1e-9}
+
+
+def _write_outputs(result: SimulationResult, requests_csv: Path | None, trace_out: Path | None) -> None:
+    from meshplan.report.serving_outputs import write_iterations_trace, write_requests_csv
+
+    if requests_csv is not None:
+        write_requests_csv(result.records, requests_csv)
+    if trace_out is not None:
+        write_iterations_trace(result.log, trace_out)
+
+
+def _slo(ttft_ms: float | None, tpot_ms: float | None, e2e_ms: float | None,
+         percentile: float) -> SLO | None:
+    """The SLO of the --slo-* flags (None when none is given), the percentile checked."""
+    if not percentile <= 100:
+        raise ConfigError(f"--slo-percentile {percentile!r}: give a share of requests in (0, 100]")
+    if all(v is None for v in (ttft_ms, tpot_ms, e2e_ms)):
+        return None
+    return SLO(ttft_ms=ttft_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms)
+
+
+def _render_verdict(verdict: dict | None) -> None:
+    if verdict:
+        word = "[bold green]MET[/]" if verdict["met"] else "[bold red]NOT MET[/]"
+        console.print(f"SLOs {word}: {verdict['attainment']:.1%} of requests meet every objective "
+                      f"(needed {verdict['percentile']:g}%)", highlight=False)
+
+
+def _render(result: SimulationResult, workload: Workload) -> None:
+    for pool in result.to_dict()["deployment"]:
+        console.print(
+            f"[bold]{pool['role']}[/] x{pool['replicas']}: tp={pool['tp']} pp={pool['pp']} ep={pool['ep']} "
+            f"max_num_seqs={pool['max_num_seqs']} max_num_batched_tokens={pool['max_num_batched_tokens']} "
+            f"KV {pool['kv_cache_gib']:.1f} GiB = {pool['kv_tokens']:,} tokens/replica")
+    console.print(f"workload: {workload.description}")
+    console.print(result.metrics)
+    pools = result.pools
+    plan = pools[0].plan
+    if plan.lora_adapters:
+        console.print(f"LoRA: {plan.lora_adapters} adapters of rank {plan.lora_rank}, {lora_slots(plan)} resident "
+                      f"per replica; {result.adapter_loads:,} host-to-GPU adapter loads", highlight=False)
+    if len(pools) == 1 and pools[0].role != "both":  # a phase pool measured alone
+        m, gpus = result.metrics, pools[0].replicas * pools[0].plan.gpus_per_replica
+        rate, what = ((m.input_tokens_per_s, "input") if pools[0].role == "prefill"
+                      else (m.output_tokens_per_s, "output"))
+        console.print(f"{pools[0].role} pool alone: {rate:,.0f} {what} tokens/s = {rate / gpus:,.0f} per GPU",
+                      highlight=False)
+    console.print(f"simulated {result.simulated_s:,.1f} s of traffic ({len(result.records):,} requests, "
+                  f"{result.iterations:,} iterations) in {result.wall_s:.2f} s wall")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach `serve` to the root app."""
+    app.add_typer(serve_app, name="serve")

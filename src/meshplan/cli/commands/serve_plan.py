@@ -1,0 +1,265 @@
+"""`meshplan serve plan | sweep | export`: search deployments, trace the latency-throughput curve,
+print launch commands."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import typer
+from rich import box
+from rich.table import Table
+
+from meshplan.cli import html_option
+from meshplan.cli import options as opt
+from meshplan.cli.common import (
+    QUIET,
+    console,
+    finish,
+    print_json,
+    progress,
+    show_progress,
+    user_errors,
+    with_site,
+)
+from meshplan.cli.commands.serve import build_serving_plan, build_workload, serve_app
+from meshplan.errors import ConfigError
+from meshplan.hardware import Cluster
+from meshplan.model import load_model
+from meshplan.serving.search.capacity import Targets, at_rate
+from meshplan.serving.plan import ServingPlan
+from meshplan.serving.search.candidates import Space
+from meshplan.userfiles import parse_yaml, read_text
+
+
+def _targets(ttft, tpot, e2e, percentile) -> Targets:
+    return Targets(ttft_ms=ttft, tpot_ms=tpot, e2e_ms=e2e, percentile=percentile)
+
+
+def _prices(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items or []:
+        gpu, _, value = item.partition("=")
+        try:
+            out[gpu.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(f"--price {item!r}: expected GPU=USD_PER_GPU_HOUR, e.g. h100-sxm-80gb=2.5") from None
+    return out
+
+
+def _unit_workload(trace, trace_format, on_error, seed, rate, **spec):
+    """Requests at 1 req/s on average (plan search compresses them to any rate), and the target
+    rate (the trace's own mean rate unless --request-rate is given)."""
+    if trace is not None:
+        w = build_workload(trace, trace_format, on_error, 1.0, seed, num_requests=spec.get("num_requests"))
+        span = w.requests[-1].arrival_s - w.requests[0].arrival_s
+        native = (len(w) - 1) / span if span > 0 else 1.0
+        return at_rate(w, 1.0 / native), rate or native  # stretched to 1 req/s on average
+    if rate is None:
+        raise ConfigError("give --request-rate (requests/s to serve) or a --trace")
+    arrival = "gamma" if spec.get("burstiness") not in (None, 1.0) else "poisson"
+    return build_workload(None, None, on_error, 1.0, seed, arrival=arrival, request_rate=1.0, **spec), rate
+
+
+@serve_app.command("plan")
+@user_errors
+@with_site
+def plan_cmd(
+    model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
+    gpu: list[str] = typer.Option(..., "--gpu", help="GPU catalog name; repeat to compare GPU types."),
+    request_rate: float = typer.Option(None, help="Requests/s to serve (default with --trace: its mean rate)."),
+    max_gpus: int = typer.Option(8, help="Most GPUs a plan may use."),
+    objective: str = typer.Option("min-gpus", help="min-gpus, max-goodput-per-gpu or min-cost (needs --price)."),
+    price: list[str] = typer.Option(None, "--price", help="GPU=USD per GPU-hour, e.g. h100-sxm-80gb=2.5 (repeatable)."),
+    engine: str = typer.Option("vllm", help="Engine whose scheduler and defaults are modeled."),
+    slo_ttft_ms: float = typer.Option(None, help="Time-to-first-token objective, ms."),
+    slo_tpot_ms: float = typer.Option(None, help="Time-per-output-token objective, ms."),
+    slo_e2e_ms: float = typer.Option(None, help="End-to-end latency objective, ms."),
+    slo_percentile: float = typer.Option(90.0, help="Percentile of requests the objectives apply to."),
+    dataset: str = typer.Option("sharegpt", help="Lengths: fixed, random, sharegpt, normal, lognormal."),
+    input_len: int = typer.Option(None, help="Prompt tokens (fixed, random centre or mean)."),
+    output_len: int = typer.Option(None, help="Output tokens (fixed, random centre or mean)."),
+    range_ratio: float = typer.Option(None, help="random: lengths uniform in [L(1-r), L(1+r)]."),
+    burstiness: float = typer.Option(None, help="Gamma shape of inter-arrivals (< 1 burstier; 1 = Poisson)."),
+    shared_prefix_len: int = typer.Option(None, help="Tokens of a shared system prompt."),
+    num_requests: int = typer.Option(800, help="Requests per simulation."),
+    trace: Path = typer.Option(None, "--trace", help="Plan for this trace's traffic instead."),
+    trace_format: str = typer.Option(None, help="burstgpt, azure or mooncake."),
+    on_error: str = typer.Option("stop", help="Malformed trace rows: stop or skip."),
+    no_quantization: bool = typer.Option(False, "--no-quantization", help="Keep bf16 weights and KV cache."),
+    no_disaggregation: bool = typer.Option(False, "--no-disaggregation", help="Only colocated replicas."),
+    top: int = typer.Option(5, help="Plans to show."),
+    workers: int = typer.Option(2, help="Processes simulating candidates in parallel."),
+    seed: int = typer.Option(0, help="Random seed of the synthetic workload."),
+    json_out: bool = typer.Option(False, "--json", help="Print the ranked plans as JSON (input of serve export)."),
+    html: Path = html_option.HTML,
+    quiet: bool = QUIET,
+) -> None:
+    """The cheapest deployments that serve a request rate within latency SLOs."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
+    from meshplan.serving.search.report import render, result_dict, why
+    from meshplan.serving.search.run import search
+
+    t = _targets(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
+    unit, rate = _unit_workload(trace, trace_format, on_error, seed, request_rate, num_requests=num_requests,
+                                dataset=dataset, input_len=input_len, output_len=output_len,
+                                range_ratio=range_ratio, burstiness=burstiness, shared_prefix_len=shared_prefix_len)
+    spec = load_model(model)
+    clusters = [Cluster.build(g, 1) for g in gpu]  # hardware only; each plan is sized in the search
+    space = Space(engine=engine, quantize=not no_quantization, disaggregate=not no_disaggregation)
+    with progress("searching deployments", show_progress(quiet, json_out)):
+        result = search(spec, clusters, unit, rate, t, max_gpus=max_gpus, objective=objective,
+                        prices=_prices(price), space=space, top=top, workers=workers)
+    if json_out:
+        print_json(result_dict(result, model))
+    else:
+        console.print(render(result))
+
+    def page():
+        from meshplan.report.pages_serving import serve_plan_page
+
+        title = f"{spec.name}: serving {result.rate:g} req/s"
+        return serve_plan_page(result, why(result), title, "meshplan serve plan", given)
+
+    html_option.write(html, page)
+    finish(bool(result.ranked))
+
+
+@serve_app.command("sweep")
+@user_errors
+@with_site
+def sweep_cmd(
+    model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
+    gpu: str = opt.GPU,
+    rates: str = typer.Option(..., help="Comma-separated request rates, e.g. 1,2,4,8,16."),
+    engine: str = typer.Option("vllm"), tp: int = typer.Option(1), pp: int = typer.Option(1),
+    replicas: int = typer.Option(1), weights_dtype: str = typer.Option("bf16"),
+    kv_cache_dtype: str = typer.Option("auto"),
+    max_num_seqs: int = typer.Option(None), max_num_batched_tokens: int = typer.Option(None),
+    dataset: str = typer.Option("sharegpt"), input_len: int = typer.Option(None),
+    output_len: int = typer.Option(None), burstiness: float = typer.Option(None),
+    num_requests: int = typer.Option(800), seed: int = typer.Option(0),
+    csv_out: Path = typer.Option(None, "--csv", help="Also write the curve as CSV."),
+    workers: int = typer.Option(1, "--workers", help="Rates simulated in parallel (processes, or CPUs of a local Ray)."),
+    backend: str = typer.Option("local", "--backend", help="local (processes) or ray (the ray extra)."),
+    address: str = typer.Option(None, "--address", help="Ray cluster address for --backend ray."),
+    slo_ttft_ms: float = typer.Option(None, help="Draw this TTFT objective (ms) on the --html curve."),
+    slo_tpot_ms: float = typer.Option(None, help="Draw this TPOT objective (ms) on the --html curve."),
+    slo_e2e_ms: float = typer.Option(None, help="Draw this E2E objective (ms) on the --html curve."),
+    slo_percentile: float = typer.Option(90.0, help="Percentile the objectives apply to (their label)."),
+    html: Path = html_option.HTML,
+    quiet: bool = QUIET,
+) -> None:
+    """Latency and throughput over request rates: the latency-throughput curve of one deployment."""
+    given = html_option.inputs(dict(locals()))
+    html_option.check(html)
+    from meshplan.serving.search.rate_sweep import sweep_rates
+
+    targets = None
+    if any(v is not None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)):
+        targets = _targets(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
+
+    try:
+        values = [float(x) for x in rates.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--rates {rates!r}: expected comma-separated numbers, e.g. 1,2,4") from None
+    if not values or min(values) <= 0:
+        raise ConfigError(f"--rates {rates!r}: give positive request rates")
+    plan = build_serving_plan(engine=engine, tp=tp, pp=pp, replicas=replicas, weights_dtype=weights_dtype,
+                              kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs,
+                              max_num_batched_tokens=max_num_batched_tokens, prefill_gpus=None,
+                              decode_gpus=None, prefill_tp=None, decode_tp=None)
+    unit, _ = _unit_workload(None, None, "stop", seed, 1.0, num_requests=num_requests, dataset=dataset,
+                             input_len=input_len, output_len=output_len, burstiness=burstiness)
+    load_model(model), Cluster.build(gpu, plan.num_gpus)  # bad names fail here, before any worker
+    with progress("sweeping rates", show_progress(quiet)) as update:
+        rows = sweep_rates(model, gpu, plan, unit, values, backend=backend, workers=workers,
+                           address=address, progress=update)
+    _print_sweep(rows)
+    if csv_out:
+        with csv_out.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+    def page():
+        from meshplan.report.pages_serving import serve_sweep_page
+
+        title = f"{model} on {plan.num_gpus} x {gpu}: latency vs request rate"
+        return serve_sweep_page(rows, targets, title, "meshplan serve sweep", given)
+
+    html_option.write(html, page)
+
+
+def _print_sweep(rows: list[dict]) -> None:
+    t = Table(box=box.SIMPLE_HEAD, title="latency vs request rate")
+    cols = ("request_rate", "requests_per_s", "output_tokens_per_s", "ttft_ms_p50", "ttft_ms_p90",
+            "tpot_ms_p50", "tpot_ms_p90", "e2e_ms_p90")
+    for c in cols:
+        t.add_column(c.replace("_", " "), justify="right")
+    for r in rows:
+        t.add_row(*(f"{r[c]:,.1f}" for c in cols))
+    console.print(t)
+
+
+@serve_app.command("export")
+@user_errors
+def export_cmd(
+    target: str = typer.Option(..., "--target", help="vllm or sglang."),
+    plan_file: Path = typer.Option(..., "--plan", help="`serve plan --json` output (its first plan) or a plan "
+                                   "file (YAML/JSON with `model` and ServingPlan fields)."),
+    model: str = typer.Option(None, help="Checkpoint to load (default: the plan's model, as its Hub repo)."),
+    port: int = typer.Option(8000), host: str = typer.Option("0.0.0.0"),
+) -> None:
+    """Print the launch commands of a plan for vLLM or SGLang."""
+    from meshplan.export.serving import export_serving
+
+    name, plan = read_plan_file(plan_file)
+    sys.stdout.write(export_serving(target, model or hub_repo(name), plan, port=port, host=host))
+
+
+def read_plan_file(path: Path) -> tuple[str, ServingPlan]:
+    """(model name, plan) from `serve plan --json` output or a plan file."""
+    data = parse_yaml(read_text(path, "--plan file"), f"--plan {path}")
+    if not isinstance(data, dict) or not isinstance(data.get("model"), str):
+        raise ConfigError(f"--plan {path}: expected a mapping with `model` and a plan (or `plans`)")
+    if "plans" in data:
+        plans = data["plans"]
+        if not isinstance(plans, list) or not plans:
+            raise ConfigError(f"--plan {path}: `plans` holds no plan to export")
+        fields = plans[0].get("plan") if isinstance(plans[0], dict) else None
+    else:
+        fields = {k: v for k, v in data.items() if k != "model"}
+    if not isinstance(fields, dict):
+        raise ConfigError(f"--plan {path}: the plan must be a mapping of ServingPlan fields")
+    try:
+        return data["model"], ServingPlan(**fields)
+    except ValueError as exc:
+        raise ConfigError(f"--plan {path}: {exc}".splitlines()[0]) from None
+
+
+def hub_repo(name: str) -> str:
+    """What the engine loads: a catalog model's Hugging Face repository, the repository of an
+    `hf:ORG/NAME`, or the checkpoint directory of a local config.json (vLLM and SGLang take the
+    directory, never the config file); else the name as given."""
+    from meshplan.model.catalog_index import get_entry, is_catalog_name
+
+    if is_catalog_name(name):
+        repo = get_entry(name).hf_repo
+        if repo:
+            return repo
+    if name.startswith("hf:"):
+        return name[3:]
+    path = Path(name)
+    if path.name == "config.json":
+        parent = path.parent
+        return str(parent) if parent.is_absolute() else f"./{parent}".rstrip("/.") or "."
+    return name
+
+
+def register(app: typer.Typer) -> None:
+    """`serve` is registered by meshplan.cli.commands.serve; importing this module adds its commands."""
+    del app
+

@@ -1,0 +1,338 @@
+"""Time of one engine iteration on one replica, from the shared op and collective costs.
+
+An iteration runs every scheduled token (prefill chunks and one token per decoding request)
+through the model once: GEMMs over all batched tokens with one read of the weights, prefill
+attention over each chunk's context, decode attention reading each request's KV cache, the
+tensor-parallel all-reduces, expert all-to-alls, and the LM head on the rows that sample.
+The token-count dependent part is memoised per token count (iterations repeat the same sizes),
+so one call costs a dictionary look-up and a few multiplications.
+
+Pipeline parallelism: the batch is split into pp micro-batches that flow through the stages
+together, so a step takes pp x the stage time of 1/pp of the batch (plus the stage hand-offs);
+the engine schedules each micro-batch as its own step, so the fixed host time is paid pp times.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+
+from meshplan.costs.comm import collective_time, p2p_time
+from meshplan.costs.constants import constants_for
+from meshplan.costs.ops import attention_time, gemm_time, memory_time
+from meshplan.costs.placement import group_placement
+from meshplan.costs.routing import distinct_experts
+from meshplan.hardware import Cluster
+from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
+from meshplan.serving.cost.constants import EngineConstants
+from meshplan.serving.cost.graphs import GraphPolicy
+from meshplan.serving.cost.kvquant import dequant_s_per_byte
+from meshplan.serving.cost.lora import layer_widths, lora_time
+from meshplan.serving.cost.memory import KVLayout, kv_dtype, stage_layers, weight_bits
+from meshplan.serving.plan import ServingPlan
+
+ROOFLINE_ORDER = 2.0
+"""GEMMs of serving batches sit near the roofline's ridge (tens to hundreds of rows), where
+loads and math overlap only partly: time = (compute^2 + memory^2)^(1/2) instead of the ideal
+max(compute, memory). On the TensorRT-LLM v0.13 records this removes most of the error's
+dependence on the input/output lengths (spread of per-shape median error 0.07-0.20 -> 0.05-0.11)."""
+
+
+def compute_dtype(plan: ServingPlan, cluster: Cluster) -> str:
+    """GEMM compute dtype: W8A8 fp8/int8 and W4A4 fp4 where the GPU has the peak, else 16-bit
+    (weight-only quantization dequantizes into bf16/fp16 GEMMs)."""
+    want = plan.weights_dtype
+    if want in ("fp8", "int8", "fp4") and want in cluster.gpu.dtypes:
+        return want
+    if want == "fp4" and "fp8" in cluster.gpu.dtypes:
+        return "fp8"
+    return "fp16" if want == "fp16" else "bf16"
+
+
+class IterationCost:
+    """Seconds of one iteration of a replica as a function of the batch it runs."""
+
+    def __init__(self, model: ModelSpec, cluster: Cluster, plan: ServingPlan, kv: KVLayout,
+                 engine: EngineConstants, graphs: GraphPolicy | None = None, device_scale: float = 1.0):
+        self.model, self.cluster, self.plan, self.kv, self.k = model, cluster, plan, kv, engine
+        self.graphs = graphs
+        """When iterations replay a CUDA graph (None: always, no host floor)."""
+        self.device = device_scale
+        """Multiplier on device time (a site profile's serving.device; 1 = the packaged model)."""
+        self.c = replace(constants_for(cluster.gpu), hbm_efficiency=engine.weight_read_efficiency)
+        g = engine.grouped_gemm_efficiency
+        self.c_experts = replace(self.c, gemm_efficiency=self.c.gemm_efficiency * g,
+                                 fp8_gemm_efficiency=self.c.fp8_gemm_efficiency * g)
+        self.dtype = compute_dtype(plan, cluster)
+        self.wwidth = weight_bits(plan.weights_dtype) / 8
+        self.layers = Counter(stage_layers(model, plan.pp))
+        self.num_layers = sum(self.layers.values())
+        self._memo: dict[int, float] = {}
+        self._head_memo: dict[int, float] = {}
+        self._groups()
+        self._attention_rates()
+        self.lora_widths = layer_widths(list(self.layers.elements()), model, plan.tp) if plan.lora_adapters else None
+        """Adapted widths of the stage on one rank (multi-LoRA serving; None without adapters)."""
+
+    def _groups(self) -> None:
+        p = self.plan
+        sizes = {"tp": p.tp, "dp": p.dp, "pp": p.pp}
+        self.tp_group = group_placement(sizes, "tp-dp-pp", ("tp",), self.cluster)
+        self.ep_group = group_placement(sizes, "tp-dp-pp", ("tp", "dp"), self.cluster)
+
+    def _attention_rates(self) -> None:
+        gpu = self.cluster.gpu
+        self.kv_read_s_per_byte = 1.0 / (gpu.hbm_bandwidth_bytes_per_s * self.k.kv_read_efficiency)
+        full = [l for l in self.layers.elements() if not _window(l)]
+        windowed = [l for l in self.layers.elements() if _window(l)]
+        self.full_flops_per_pair = sum(_pair_flops(l, self.plan.tp) for l in full)
+        self.win_flops_per_pair = sum(_pair_flops(l, self.plan.tp) for l in windowed)
+        self.window = max((_window(l) for l in windowed), default=0)
+        self.attn_unit = attention_time(1e12, gpu=gpu, dtype="bf16", c=self.c, vendor_kernel=True) / 1e12
+        self.dequant_s_per_byte = dequant_s_per_byte(kv_dtype(self.plan), gpu)
+        """Dequantisation per KV byte read (4-/2-bit KV; 0 otherwise), added to the attention
+        arithmetic that bounds a decode step's attention from below."""
+
+    def __call__(self, tokens: int, seqs: int, decode_seqs: int, decode_ctx: float,
+                 prefill_tokens: int, prefill_pairs: float, logits_rows: int) -> float:
+        """Seconds for an iteration of `tokens` scheduled tokens over `seqs` requests, of which
+        `decode_seqs` decode over `decode_ctx` cached tokens in total, and `prefill_tokens`
+        prompt tokens whose causal (query, key) pairs number `prefill_pairs`."""
+        pp = self.plan.pp
+        eager = self.graphs is not None and not self.graphs.graphed(tokens, seqs, prefill_tokens)
+        if pp > 1:
+            tokens, decode_seqs = math.ceil(tokens / pp), decode_seqs / pp
+            decode_ctx, prefill_tokens = decode_ctx / pp, prefill_tokens / pp
+            prefill_pairs, logits_rows = prefill_pairs / pp, math.ceil(logits_rows / pp)
+        stage = self.linear(tokens) + self.head(logits_rows)
+        stage += self.decode_attention(decode_seqs, decode_ctx)
+        stage += self.prefill_attention(prefill_tokens, prefill_pairs)
+        stage += self.num_layers * self.k.layer_s
+        if pp > 1:
+            stage += p2p_time(tokens * self.model.hidden_size * 2.0, False, self.cluster)
+        stage *= self.device
+        if eager:  # the GPU waits on the host's launches when its kernels are shorter
+            stage = max(stage, self.graphs.host_floor_s)
+        return pp * (stage + self.k.iteration_s + self.k.per_seq_s * seqs / pp)
+
+    def batch(self, calls: np.ndarray) -> np.ndarray:
+        """Seconds of many iterations at once: `calls` has one row of `__call__`'s arguments
+        per iteration (vectorised; the token-dependent parts are evaluated once per size)."""
+        t, seqs, dec, ctx, pre, pairs, rows = (calls[:, i] for i in range(7))
+        eager = self._eager(t, seqs, pre)
+        pp = self.plan.pp
+        if pp > 1:
+            t, rows = np.ceil(t / pp), np.ceil(rows / pp)
+            dec, ctx, pre, pairs = dec / pp, ctx / pp, pre / pp, pairs / pp
+        stage = _per_value(self.linear, t) + _per_value(self.head, rows)
+        read = ctx * self.kv.bytes_per_token + dec * self.kv.windowed_bytes_per_request
+        flops = ctx * self.full_flops_per_pair + np.minimum(ctx, dec * self.window) * self.win_flops_per_pair
+        compute = flops * self.attn_unit
+        if self.dequant_s_per_byte:
+            compute = compute + read * self.dequant_s_per_byte
+        stage += np.where(dec > 0, np.maximum(read * self.kv_read_s_per_byte, compute), 0.0)
+        pflops = pairs * self.full_flops_per_pair + np.minimum(pairs, pre * self.window) * self.win_flops_per_pair
+        stage += np.where(pre > 0, pflops * self.attn_unit, 0.0)
+        stage += self.num_layers * self.k.layer_s  # in __call__'s order: equal to the last bit
+        if pp > 1:
+            stage += _per_value(lambda n: p2p_time(n * self.model.hidden_size * 2.0, False, self.cluster), t)
+        stage = stage * self.device
+        if eager is not None:
+            stage = np.where(eager, np.maximum(stage, self.graphs.host_floor_s), stage)
+        return pp * (stage + self.k.iteration_s + self.k.per_seq_s * seqs / pp)
+
+    def _eager(self, tokens: np.ndarray, seqs: np.ndarray, prefill: np.ndarray) -> np.ndarray | None:
+        """Which of many iterations run without a graph (None: all replay one)."""
+        g = self.graphs
+        if g is None:
+            return None
+        if g.scope == "tokens":
+            return tokens > g.max_batch
+        if g.scope == "decode":
+            return (prefill > 0) | (seqs > g.max_batch)
+        return np.ones(tokens.shape, dtype=bool)
+
+    def linear(self, tokens: int) -> float:
+        """GEMMs, memory-bound kernels and collectives of the stage's layers for `tokens` rows."""
+        hit = self._memo.get(tokens)
+        if hit is None:
+            hit = sum(n * self._layer(layer, tokens) for layer, n in self.layers.items())
+            self._memo[tokens] = hit
+        return hit
+
+    def _gemm(self, m: float, n: float, k: float, c=None) -> float:
+        return gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=self.dtype, c=c or self.c,
+                         weight_width=self.wwidth, roofline_order=ROOFLINE_ORDER)
+
+    def _layer(self, layer: LayerSpec, t: int) -> float:
+        a, tp, h = layer.attention, self.plan.tp, self.model.hidden_size
+        if a.mla is None:
+            proj = self._gemm(t, (a.num_heads * a.head_dim + 2 * a.num_kv_heads * a.v_head_dim) / tp, h)
+        else:
+            m = a.mla
+            proj = self._gemm(t, (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim, h)
+            proj += self._gemm(t, a.num_heads * a.head_dim / tp, m.q_lora_rank or h)
+            proj += self._gemm(t, a.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / tp, m.kv_lora_rank)
+        proj += self._gemm(t, h, a.num_heads * a.v_head_dim / tp)
+        mlp = layer.mlp
+        if isinstance(mlp, DenseMLP):
+            proj += self._mlp(mlp, t, tp) + self._activation(mlp, t, tp)
+        else:
+            proj += self._moe(mlp, t)
+        elementwise = self._hbm(t * h * 2.0 * 10)
+        return proj + elementwise + self._tp_comm(t) + self._ep_comm(layer, t)
+
+    def _hbm(self, nbytes: float) -> float:
+        """Memory-bound passes moving `nbytes` (fused into neighbouring kernels: no launch)."""
+        return memory_time(nbytes, gpu=self.cluster.gpu, c=self.c, kernels=0)
+
+    def _activation(self, mlp: DenseMLP, rows: float, split: int) -> float:
+        return self._hbm(activation_bytes(rows, mlp.intermediate_size / split, mlp.gated))
+
+    def _mlp(self, mlp: DenseMLP, rows: float, split: int, c=None) -> float:
+        h, i = self.model.hidden_size, mlp.intermediate_size / split
+        return self._gemm(rows, i * (2 if mlp.gated else 1), h, c) + self._gemm(rows, h, i, c)
+
+    def _moe(self, mlp: MoEMLP, t: int) -> float:
+        """Router, shared experts, and the routed experts this GPU holds: each reads its weights
+        once if any token reaches it; tokens arrive from all attention-DP ranks. The experts run
+        as grouped GEMMs at `grouped_gemm_efficiency` of the dense GEMM rate."""
+        h, p = self.model.hidden_size, self.plan
+        time = self._gemm(t, mlp.num_experts, h)
+        if mlp.shared is not None:
+            time += self._mlp(mlp.shared, t, p.tp) + self._activation(mlp.shared, t, p.tp)
+        if p.ep > 1:
+            local, split, arriving = mlp.num_experts / p.ep, 1, t * p.dp
+        else:
+            local, split, arriving = mlp.num_experts, p.tp, t
+        routed = arriving * mlp.top_k * local / mlp.num_experts * ep_imbalance(arriving * mlp.top_k, p.ep)
+        active = local / mlp.num_experts * distinct_experts(arriving, mlp.top_k, mlp.num_experts)
+        if active < 1e-9:
+            return time
+        per_expert = self._mlp(mlp.expert, routed / active, split, self.c_experts) - 2 * self.c.launch_s
+        time += active * per_expert + 2 * self.c.launch_s  # one grouped GEMM per projection
+        e = mlp.expert
+        return time + self._hbm(moe_traffic_bytes(h, e.intermediate_size / split, e.gated, arriving, routed))
+
+    def _tp_comm(self, t: int) -> float:
+        if self.plan.tp == 1:
+            return 0.0
+        size = t * self.model.hidden_size * 2.0
+        calls = 1 if self.model.parallel_residual else 2
+        return calls * (collective_time("all_reduce", size, self.tp_group, self.cluster) + self.k.collective_s)
+
+    def _ep_comm(self, layer: LayerSpec, t: int) -> float:
+        mlp = layer.mlp
+        if not isinstance(mlp, MoEMLP) or self.plan.ep == 1:
+            return 0.0
+        size = t * mlp.top_k * self.model.hidden_size * 2.0 * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
+        return 2 * (collective_time("all_to_all", size, self.ep_group, self.cluster) + self.k.collective_s)
+
+    def lora(self, tokens: int, adapters: int) -> float:
+        """Batched LoRA kernels of an iteration of `tokens` rows using `adapters` distinct
+        adapters (meshplan.serving.cost.lora.lora_time), per pipeline stage like `__call__`."""
+        if self.lora_widths is None:
+            return 0.0
+        pp, gpu = self.plan.pp, self.cluster.gpu
+        stage = lora_time(math.ceil(tokens / pp), adapters, self.plan.lora_rank, self.lora_widths,
+                          hbm_s_per_byte=1.0 / (gpu.hbm_bandwidth_bytes_per_s * self.c.hbm_efficiency),
+                          flop_s=1.0 / (gpu.peak_flops("bf16") * self.c.gemm_efficiency),
+                          launch_s=self.c.launch_s)
+        return pp * self.device * stage
+
+    def draft(self, rows: int) -> float:
+        """One draft-token proposal for `rows` requests: an EAGLE head is about one decoder layer
+        (the first's shape) plus the LM head; an MTP module is one decoder layer like the last
+        (an MoE layer for DeepSeek-V3, reading only the experts its tokens reach), the projection
+        of [hidden state, next embedding] (2h -> h) and the shared LM head."""
+        if self.plan.mtp_drafts:
+            h = self.model.hidden_size
+            layer = self.model.layers[-1]
+            return self.device * (self._layer(layer, rows) + self._gemm(rows, h, 2 * h) + self.head(rows) + self.k.layer_s)
+        layer = next(iter(self.layers))
+        return self.device * (self._layer(layer, rows) + self.head(rows) + self.k.layer_s)
+
+    def head(self, rows: int) -> float:
+        """LM head over the rows that sample a token (vocab split over tp), in 16 bits."""
+        if rows <= 0:
+            return 0.0
+        hit = self._head_memo.get(rows)
+        if hit is None:  # iterations repeat the same sizes: price each once
+            hit = gemm_time(rows, self.model.vocab_size / self.plan.tp, self.model.hidden_size,
+                            gpu=self.cluster.gpu, dtype="bf16", c=self.c)
+            self._head_memo[rows] = hit
+        return hit
+
+    def decode_attention(self, seqs: float, ctx: float) -> float:
+        """Paged attention of decoding requests: reading their KV (windowed layers up to the
+        window), bounded below by its FLOPs at fused-attention efficiency."""
+        if seqs <= 0:
+            return 0.0
+        read = ctx * self.kv.bytes_per_token + seqs * self.kv.windowed_bytes_per_request
+        flops = ctx * self.full_flops_per_pair + min(ctx, seqs * self.window) * self.win_flops_per_pair
+        compute = flops * self.attn_unit
+        if self.dequant_s_per_byte:  # 4-/2-bit KV: the fused kernel also dequantises what it reads
+            compute += read * self.dequant_s_per_byte
+        return max(read * self.kv_read_s_per_byte, compute)
+
+    def prefill_attention(self, tokens: float, pairs: float) -> float:
+        """Causal attention of prefill chunks: `pairs` (query, key) pairs; windowed layers see
+        at most their window per query."""
+        if tokens <= 0:
+            return 0.0
+        flops = pairs * self.full_flops_per_pair + min(pairs, tokens * self.window) * self.win_flops_per_pair
+        return flops * self.attn_unit
+
+
+def moe_traffic_bytes(hidden: int, intermediate: float, gated: bool, arriving: float, routed: float) -> float:
+    """HBM bytes of the memory-bound passes around the expert GEMMs, in 16 bits: gathering the
+    `arriving` tokens into expert order (one row per routed token-expert pair), the activation
+    between the two grouped GEMMs (a gated one reads both halves and writes one), and the
+    weighted sum of each token's top-k outputs: ~ (2 h + 3 i) x 2 bytes per routed row, top-k
+    rows per token (a dense layer's few token-sized passes are the flat `elementwise` term of
+    `_layer`). For fine-grained MoE (Qwen3-30B-A3B: h 2048, i 768, top-8) this traffic takes
+    about as long per token on a B200 as the expert GEMMs' arithmetic."""
+    return 2.0 * (arriving + routed) * hidden * 2 + activation_bytes(routed, intermediate, gated)
+
+
+def activation_bytes(rows: float, intermediate: float, gated: bool) -> float:
+    """HBM bytes of an MLP's activation kernel between its two GEMMs, in 16 bits: a gated one
+    (SwiGLU) reads the gate and up halves and writes their product, a plain one reads and
+    writes one intermediate row."""
+    return 2.0 * rows * intermediate * (3 if gated else 2)
+
+
+def ep_imbalance(routed: float, ep: int) -> float:
+    """Busiest expert-parallel rank's load / the mean when `routed` token-expert pairs spread at
+    random over `ep` ranks: the expected maximum of ep near-Poisson loads (Gaussian tail),
+    1 + sqrt(2 ln(ep) / mean), never above all of them on one rank."""
+    if ep <= 1 or routed <= 0:
+        return 1.0
+    mean = routed / ep
+    return min(float(ep), 1.0 + math.sqrt(2.0 * math.log(ep) / mean))
+
+
+def _per_value(fn, values: np.ndarray) -> np.ndarray:
+    """fn applied once per distinct value of `values`, broadcast back (a decode stretch's
+    token and row counts are one value: no sort then)."""
+    if values.size and (values == values[0]).all():
+        return np.array([fn(int(values[0]))]).repeat(values.size)
+    unique, inverse = np.unique(values, return_inverse=True)
+    return np.array([fn(int(v)) for v in unique])[inverse]
+
+
+def _window(layer: LayerSpec) -> int:
+    a = layer.attention
+    return a.sliding_window or a.attention_chunk or 0
+
+
+def _pair_flops(layer: LayerSpec, tp: int) -> float:
+    """Attention FLOPs per (query, key) pair on one TP rank: scores and weighted values."""
+    a = layer.attention
+    heads = a.num_heads / tp
+    if a.mla is not None:  # absorbed MLA: scores and values over the latent (+ rope key)
+        return 2.0 * heads * (2 * a.mla.kv_lora_rank + a.mla.qk_rope_head_dim)
+    return 2.0 * heads * (a.head_dim + a.v_head_dim)

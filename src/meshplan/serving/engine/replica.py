@@ -1,0 +1,479 @@
+"""One engine replica: its queue, KV blocks and the iteration loop's two halves.
+
+`start(now)` schedules the next iteration under the engine's rules and returns its end time;
+`finish(end)` applies what the iteration produced (tokens, finished requests). The simulator
+calls them alternately; nothing here knows about other replicas or the clock beyond `now`.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections import deque
+
+import numpy as np
+
+from meshplan.serving.cost.iteration import IterationCost
+from meshplan.serving.engine.decodeset import DecodeSet
+from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.engine.kvcache import BlockPool
+from meshplan.serving.engine.kvtier import CpuTier
+from meshplan.serving.cost.lora import AdapterSlots
+from meshplan.serving.traffic.request import RequestRecord
+from meshplan.serving.engine.scheduler import SchedulerConfig
+from meshplan.serving.engine.sequence import Seq
+
+
+STRETCH = 256
+"""Most pure-decode steps the fast-forward costs in one vectorised call."""
+MIN_STRETCH = 8
+"""Fewest steps (of the last step's length) before the next event for which the vectorised call
+beats costing step by step (numpy's per-call overhead is a few scalar steps' worth)."""
+
+
+class Replica:
+    """The scheduler state of one engine replica (role: both, prefill or decode)."""
+
+    def __init__(self, index: int, cfg: SchedulerConfig, pool: BlockPool, cost: IterationCost,
+                 log: IterationLog, role: str = "both", window_blocks: int = 0):
+        self.index, self.cfg, self.pool, self.cost, self.log = index, cfg, pool, cost, log
+        self.role, self.window_blocks = role, window_blocks
+        self.decode = DecodeSet(pool.block_size, cfg.tokens_per_step)
+        self.decode_end_s = array("d")
+        """End time of every decode step, in order (a request's token times are a slice)."""
+        self.waiting: deque[Seq] = deque()
+        self.running: dict[int, Seq] = {}
+        self.prefilling: dict[int, Seq] = {}
+        self.busy = False
+        self.finished: list[RequestRecord] = []
+        self.handoff: list[Seq] = []
+        self._chunks: list[tuple[Seq, int]] = []
+        self._decoded = False
+        self._start = 0.0
+        self._preempted = 0
+        self._ndec = 0
+        self._prefill = 0
+        """Prompt tokens of the iteration scheduled last (set with its duration)."""
+        self.recorded: list[tuple] | None = None
+        """When a list, each iteration's cost-model arguments are appended (schedule replay)."""
+        self.lora: AdapterSlots | None = None
+        """Resident LoRA adapters (multi-LoRA serving); None: the base model only."""
+        self.cpu: CpuTier | None = None
+        """The host-memory KV tier (kv_offload=cpu); None: the GPU cache only."""
+        self._loaded = 0
+        """Prompt tokens this iteration copies back from the CPU tier."""
+
+    @property
+    def outstanding(self) -> int:
+        """Requests queued or running here."""
+        return len(self.waiting) + len(self.running)
+
+    def add(self, seq: Seq) -> None:
+        """Queue a request (FCFS)."""
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        """Whether an iteration can run now."""
+        return bool(self.running or self.waiting)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def skip_decodes(self, now: float, horizon: float) -> tuple[float, int]:
+        """Run, without the event loop, the pure-decode iterations that would end before
+        `horizon` (the next event that could reach this replica): nothing prefills, the
+        waiting queue would admit nothing, every step's blocks fit and no request finishes.
+        Each is the iteration `start` and `finish` would run (the same cost-model arithmetic,
+        blocks, token times and log row), so results are unchanged (tests/test_serving_skip.py);
+        returns (the time the last one ended, how many ran)."""
+        d, ran = self.decode, 0
+        if (self.prefilling or self.recorded is not None or self.cfg.speculative_tokens
+                or d.tokens_per_step != 1.0 or self.lora is not None or self.cpu is not None):
+            return now, 0
+        while d.count and d.step not in d.finishing:
+            count, need = d.count, d.blocks_needed()
+            t = self.cost(count, count, count, d.context_tokens(), 0, 0, count)
+            if now + t >= horizon or need > self.pool.available() or not self._nothing_to_admit(need):
+                return now, ran
+            self.pool.allocate(need)
+            d.grown_for = d.step
+            self.decode_end_s.append(now + t)
+            d.advance()
+            self.log.append(self.index, now, now + t, 0, count, len(self.running), 0,
+                            self.pool.used, self.pool.total, preempted=0, kind="decode")
+            now, ran = now + t, ran + 1
+            if (self._admission_frozen() and hasattr(self.cost, "batch")
+                    and horizon - now > MIN_STRETCH * t):
+                return self._skip_stretches(now, horizon, ran, t)
+        return now, ran
+
+    def _admission_frozen(self) -> bool:
+        """Whether no decode step can change the waiting queue before the next event: none
+        waits, the batch is full, or the head of the queue needs more blocks than are free now.
+        Pure decode steps only take blocks (nothing finishes inside a stretch), so a head that
+        does not fit now fits at none of them -- unless the engine keeps room for the running
+        requests' future tokens (SGLang's new-token ratio), which shrinks as they decode.
+        Then a run of steps depends only on time and blocks."""
+        if not self.waiting or len(self.running) >= self.cfg.max_num_seqs:
+            return True
+        if self.cfg.future_token_ratio:
+            return False
+        if (self.cfg.mixed_batches and not self.waiting[0].prefilled
+                and self.cfg.max_num_batched_tokens <= self.decode.count):
+            return True  # no token budget left for a prefill while this batch decodes
+        return self._blocks_to_admit(self.waiting[0]) > self.pool.available()
+
+    def _skip_stretches(self, now: float, horizon: float, ran: int, step_s: float) -> tuple[float, int]:
+        """`skip_decodes` for a frozen queue, costing up to STRETCH steps at once: the step
+        times from the cost model's vectorised form (`IterationCost.batch`, the same arithmetic
+        per row), their running sum from `now`, and the blocks each step allocates. A stretch
+        is sized to the steps of `step_s` (the last step's time) that fit before `horizon`;
+        when all of them fit, the next stretch goes on from there."""
+        d, pool = self.decode, self.pool
+        while d.count and d.step not in d.finishing:
+            upcoming = [k for k in d.finishing if k > d.step]
+            fit = (horizon - now) / step_s + 1.0
+            k = min(STRETCH, (min(upcoming) if upcoming else d.step + STRETCH) - d.step,
+                    int(fit) if fit < STRETCH else STRETCH)
+            steps = d.step + np.arange(k)
+            need = np.asarray(d.phase)[steps % d.period]
+            calls = np.zeros((k, 7))
+            calls[:, [0, 1, 2, 6]] = d.count
+            calls[:, 3] = d.sum_offset + d.count * steps
+            ends = np.cumsum(np.concatenate(([now], self.cost.batch(calls))))[1:]
+            grown = np.cumsum(need)
+            n = int(np.argmin((ends < horizon) & (grown <= pool.available())))
+            n = k if ends[n] < horizon and grown[n] <= pool.available() else n
+            if n:
+                self._record_stretch(now, ends[:n], grown[:n])
+                now, ran = float(ends[n - 1]), ran + n
+            if n < k:
+                break
+            step_s = float(ends[-1] - ends[-2]) if k > 1 else step_s
+        return now, ran
+
+    def _record_stretch(self, now: float, ends: np.ndarray, grown: np.ndarray) -> None:
+        """Apply `len(ends)` pure-decode steps: blocks, token times, the step counter, the log."""
+        d, n = self.decode, len(ends)
+        used = self.pool.used + grown
+        self.pool.allocate(int(grown[-1]))
+        d.step += n
+        d.grown_for = d.step - 1
+        self.decode_end_s.frombytes(ends.astype(float).tobytes())
+        starts = np.concatenate(([now], ends[:-1]))
+        self.log.extend(n, replica=self.index, start_s=starts, end_s=ends, prefill_tokens=0,
+                        decode_seqs=d.count, num_seqs=len(self.running), waiting=0,
+                        kv_used_blocks=used, kv_total_blocks=self.pool.total, preempted=0,
+                        kind="decode")
+
+    def _nothing_to_admit(self, need: int) -> bool:
+        """Whether the next step's scheduling would leave the waiting queue as it is, its
+        decodes growing by `need` blocks first (the checks `start` makes, in its order)."""
+        if not self.waiting or len(self.running) >= self.cfg.max_num_seqs:
+            return True
+        seq = self.waiting[0]
+        if seq.prefilled:  # _admit_arrived, before the step's blocks are grown
+            return self._blocks_to_admit(seq) > self.pool.available()
+        free = self._free_for_admission() - need
+        if not self.cfg.mixed_batches:  # SGLang's prefill batch (_prefill_fits)
+            return self._blocks_to_admit(seq) > free
+        budget = self.cfg.max_num_batched_tokens - self.decode.count
+        if budget <= 0 or self._blocks_to_admit(seq) > free:
+            return True
+        hit = self._prefix_hit(seq)
+        n = min(seq.prompt - hit * self.pool.hash_tokens, budget)
+        return n < seq.prompt - hit * self.pool.hash_tokens and not self.cfg.chunked_prefill
+
+    def start(self, now: float) -> float | None:
+        """Schedule one iteration at `now`; returns its end time, or None when idle."""
+        self._chunks, self._preempted, self._start = [], 0, now
+        self._admit_arrived()
+        budget = self.cfg.max_num_batched_tokens
+        prefill_only = not self.cfg.mixed_batches and self._prefill_fits()
+        self._decoded = self.decode.count > 0 and not prefill_only
+        if self._decoded:
+            self._grow_decodes()
+            self.decode.grown_for = self.decode.step
+            budget -= self.decode.count * (1 + self.cfg.speculative_tokens)
+        if self.cfg.mixed_batches or prefill_only:
+            budget = self._schedule_prefills(budget)
+            if not self._preempted:
+                self._admit(budget)
+        self._decoded = self.decode.count > 0 and not prefill_only
+        self._ndec = self.decode.count if self._decoded else 0
+        if not self._chunks and not self._decoded:
+            return None
+        self.busy = True
+        return now + self._duration()
+
+    def _prefill_fits(self) -> bool:
+        """SGLang: run a prefill batch when a request is mid-prefill or a waiting one fits."""
+        if self.prefilling:
+            return True
+        if not self.waiting or len(self.running) >= self.cfg.max_num_seqs:
+            return False
+        return self._blocks_to_admit(self.waiting[0]) <= self._free_for_admission()
+
+    def _grow_decodes(self) -> None:
+        """Allocate the blocks this decode step needs, preempting the newest requests first."""
+        while self.decode.count:
+            need = self.decode.blocks_needed()
+            if self.pool.allocate(need):
+                return
+            self._preempt_newest()
+
+    def _schedule_prefills(self, budget: int) -> int:
+        """Continue running prefills in admission order within the budget."""
+        for seq in list(self.prefilling.values()):
+            if budget <= 0 or seq.req.id not in self.prefilling:
+                continue
+            n = min(seq.remaining_prompt, budget)
+            while not self._reserve(seq, seq.computed + n):
+                if self._preempt_newest() is seq:
+                    n = 0
+                    break
+            if n:
+                self._chunks.append((seq, n))
+                budget -= n
+        return budget
+
+    def _admit(self, budget: int) -> None:
+        """Admit waiting requests FCFS while seats, budget and blocks allow; with LoRA adapters,
+        requests whose adapter would exceed the batch's slots wait and later ones go first."""
+        if self.lora is None:
+            return self._admit_fcfs(budget)
+        queue, active = list(self.waiting), self._adapters()
+        room = self.cfg.max_num_seqs - len(self.running)
+        eligible = []
+        for seq in queue:
+            if len(eligible) >= room:
+                break
+            if self.lora.admissible(seq.adapter, active):
+                active.add(seq.adapter)
+                eligible.append(seq)
+        self.waiting = deque(eligible)
+        self._admit_fcfs(budget)
+        self.waiting = deque(s for s in queue if s.req.id not in self.running)
+
+    def _adapters(self) -> set[int]:
+        """Distinct adapters of the running requests."""
+        return {s.adapter for s in self.running.values()}
+
+    def _admit_fcfs(self, budget: int) -> None:
+        """Admit waiting requests FCFS while seats, budget and blocks allow."""
+        while self.waiting and len(self.running) < self.cfg.max_num_seqs:
+            seq = self.waiting[0]
+            if seq.prefilled:  # joins at the next iteration's start (see _admit_arrived)
+                return
+            if budget <= 0 or self._blocks_to_admit(seq) > self._free_for_admission():
+                return  # (checked before the prefix look-up: a blocked queue costs no hashing)
+            hit = self._prefix_hit(seq)
+            cpu = self._cpu_hit(seq, hit) if self.cpu is not None else 0
+            left = seq.prompt - hit * self.pool.hash_tokens - cpu
+            n = min(left, budget)
+            if n < left and not self.cfg.chunked_prefill:
+                return
+            self.waiting.popleft()
+            self._take(seq, hit)
+            if cpu:
+                seq.computed += cpu
+                seq.record.cached_tokens = max(seq.record.cached_tokens, seq.computed)
+                self._loaded += cpu
+            if not self._reserve(seq, seq.computed + n):  # undo the admission entirely
+                self._loaded -= cpu
+                del self.running[seq.req.id], self.prefilling[seq.req.id]
+                self._release(seq)
+                self.waiting.appendleft(seq)
+                return
+            self._chunks.append((seq, n))
+            budget -= n
+
+    def _prefix_hit(self, seq: Seq) -> int:
+        """Cached leading units usable by `seq` (at least one prompt token is recomputed)."""
+        hit = self.pool.match(self.pool.units(seq.req.prefix_hashes))
+        return min(hit, (seq.prompt - 1) // self.pool.hash_tokens)
+
+    def _cpu_hit(self, seq: Seq, hit: int) -> int:
+        """Prompt tokens after the GPU hit that the CPU tier holds (copied back, not computed)."""
+        units = self.pool.units(seq.req.prefix_hashes)
+        return self.cpu.found(units, seq.prompt, hit * self.pool.hash_tokens, self.pool.hash_tokens)
+
+    def _take(self, seq: Seq, hit: int) -> None:
+        """Move `seq` from waiting to running with its cached prefix and window blocks."""
+        seq.units = self.pool.units(seq.req.prefix_hashes)[:hit]
+        self.pool.acquire(seq.units)
+        seq.computed = hit * self.pool.hash_tokens
+        seq.record.cached_tokens = max(seq.record.cached_tokens, seq.computed)
+        seq.private = 0
+        if self.window_blocks:
+            self.pool.allocate(self.window_blocks)
+        seq.window_blocks = self.window_blocks
+        self.running[seq.req.id] = seq
+        self.prefilling[seq.req.id] = seq
+        if self.cfg.reserve_full:
+            seq.reserved_full = True
+            self._reserve(seq, seq.prompt + seq.remaining_output)
+
+    def _blocks_to_admit(self, seq: Seq) -> int:
+        """Blocks a waiting request needs to start (all of prompt + output when reserving)."""
+        tokens = seq.prompt + (seq.remaining_output if self.cfg.reserve_full else 0)
+        if not self.cfg.reserve_full and not seq.prefilled:
+            tokens = min(tokens, self.cfg.max_num_batched_tokens)
+        return math.ceil(tokens / self.pool.block_size) + self.window_blocks
+
+    def _free_for_admission(self) -> float:
+        """Blocks free for new requests after room for the running requests' future tokens."""
+        keep = 0.0
+        if self.cfg.future_token_ratio:
+            left = sum(s.remaining_output for s in self.running.values())
+            keep = self.cfg.future_token_ratio * left / self.pool.block_size
+        return self.pool.available() - keep
+
+    def _reserve(self, seq: Seq, tokens: int) -> bool:
+        """Hold private blocks for the first `tokens` tokens of `seq` (beyond its units)."""
+        covered = len(seq.units) * self.pool.hash_tokens
+        need = math.ceil(max(0, tokens - covered) / self.pool.block_size) - seq.private
+        if need <= 0:
+            return True
+        if not self.pool.allocate(need):
+            return False
+        seq.private += need
+        return True
+
+    def _admit_arrived(self) -> None:
+        """Decode pool: requests whose KV arrived join decoding (FCFS) before the step's blocks
+        are grown, so the step allocates their next block and runs their decode."""
+        while self.waiting and self.waiting[0].prefilled and len(self.running) < self.cfg.max_num_seqs:
+            if not self._admit_prefilled(self.waiting[0]):
+                return
+
+    def _admit_prefilled(self, seq: Seq) -> bool:
+        """Decode pool: a request whose KV arrived joins decoding once its blocks fit."""
+        if self._blocks_to_admit(seq) > self.pool.available():
+            return False
+        self.waiting.popleft()
+        self.pool.allocate(self.window_blocks)
+        seq.window_blocks = self.window_blocks
+        self.running[seq.req.id] = seq
+        seq.reserved_full = self.cfg.reserve_full
+        tokens = seq.computed + (seq.remaining_output if seq.reserved_full else 0)
+        self._reserve(seq, tokens)
+        self.decode.join(seq)
+        return True
+
+    # ------------------------------------------------------------------ preemption
+
+    def _preempt_newest(self) -> Seq:
+        """Preempt the most recently admitted running request (recompute later)."""
+        _, seq = self.running.popitem()
+        self._preempted += 1
+        if seq.req.id in self.prefilling:
+            del self.prefilling[seq.req.id]
+            self._chunks = [(s, n) for s, n in self._chunks if s is not seq]
+        else:
+            self._leave_decode(seq, finished=False)
+        self._release(seq)
+        seq.record.preemptions += 1
+        seq.prompt = seq.req.input_len + seq.generated
+        seq.computed = 0
+        seq.prefilled = False
+        self.waiting.appendleft(seq)
+        return seq
+
+    def _leave_decode(self, seq: Seq, finished: bool) -> None:
+        """Take `seq` out of the decode set, crediting its emitted tokens."""
+        held = self.decode.leave(seq, finished)
+        steps = seq.segments[-1][1]
+        emitted = min(seq.remaining_output, math.floor(steps * self.cfg.tokens_per_step + 1e-9))
+        seq.generated += emitted
+        seq.computed += emitted
+        seq.private = held
+
+    def _release(self, seq: Seq) -> None:
+        """Free every block `seq` holds."""
+        self.pool.release(seq.private + seq.window_blocks)
+        self.pool.drop(seq.units)
+        seq.private, seq.window_blocks, seq.units = 0, 0, ()
+
+    # ------------------------------------------------------------------ execution
+
+    def _duration(self) -> float:
+        decodes, chunks = self._ndec, self._chunks
+        prefill, pairs, sampling = 0, 0, decodes
+        if chunks:  # (a pure decode step has none: no sums to set up)
+            prefill = sum(n for _, n in chunks)
+            pairs = sum(n * (s.computed + (n + 1) / 2) for s, n in chunks)
+            sampling += sum(1 for s, n in chunks if s.computed + n >= s.prompt)
+        self._prefill = prefill
+        k = self.cfg.speculative_tokens
+        tokens = decodes * (1 + k) + prefill
+        ctx = self.decode.context_tokens() * (1 + k) if decodes else 0.0
+        args = (tokens, decodes + len(self._chunks), decodes, ctx, prefill, pairs, sampling)
+        if self.recorded is not None:
+            self.recorded.append(args)
+        t = self.cost(*args)
+        if k and decodes:
+            t += k * self.cost.draft(decodes)
+        if self._loaded:  # prompt KV copied back from the CPU tier before the forward
+            t += self._loaded * self.cpu.load_s_per_token
+            self.cpu.loaded_tokens += self._loaded
+            self._loaded = 0
+        if self.lora is not None:  # batched adapter kernels, and copies of adapters not resident
+            active = self._adapters()
+            t += self.cost.lora(tokens, len(active)) + self.lora.make_resident(active) * self.lora.load_s
+        return t
+
+    def finish(self, end: float) -> None:
+        """Apply the iteration that ends at `end`: emit tokens, complete requests."""
+        self.busy = False
+        if self._decoded:
+            self.decode_end_s.append(end)
+            for seq in self.decode.advance():
+                self._leave_decode(seq, finished=True)
+                self._complete(seq, end)
+        for seq, n in self._chunks:
+            seq.computed += n
+            if seq.computed >= seq.prompt:
+                self._prefill_done(seq, end)
+        self._log(end)
+
+    def _prefill_done(self, seq: Seq, end: float) -> None:
+        del self.prefilling[seq.req.id]
+        self._emit(seq, end)
+        units = self.pool.units(seq.req.prefix_hashes)
+        taken = self.pool.register(units[len(seq.units):seq.computed // self.pool.hash_tokens])
+        if self.cpu is not None:
+            self.cpu.store(units[:seq.computed // self.pool.hash_tokens])
+        seq.private -= len(taken) * self.pool.unit_blocks
+        seq.units = seq.units + taken
+        if seq.remaining_output == 0:
+            self._complete(seq, end)
+        elif self.role == "prefill":
+            del self.running[seq.req.id]
+            self._release(seq)
+            self.handoff.append(seq)
+        else:
+            self.decode.join(seq)
+
+    def _emit(self, seq: Seq, end: float) -> None:
+        """The token sampled at the end of a prefill (the first, or the next after a recompute)."""
+        if seq.generated == 0:
+            seq.record.first_token_s = end
+        seq.generated += 1
+        seq.segments.append((end, -1))
+
+    def _complete(self, seq: Seq, end: float) -> None:
+        self.running.pop(seq.req.id, None)
+        self._release(seq)
+        seq.record.finish_s = end
+        seq.record.replica = self.index
+        seq.record.set_decode_source(self.decode_end_s, seq.segments, self.cfg.tokens_per_step,
+                                     seq.req.output_len)
+        self.finished.append(seq.record)
+
+    def _log(self, end: float) -> None:
+        self.log.append(self.index, self._start, end,
+                        self._prefill,
+                        self._ndec,
+                        len(self.running), len(self.waiting), self.pool.used, self.pool.total,
+                        preempted=self._preempted,
+                        kind="mixed" if self._chunks and self._decoded else "prefill" if self._chunks else "decode")

@@ -1,0 +1,9 @@
+"""`serve plan` and `serve sweep`: the cheapest deployment within the SLOs.
+
+- candidates.py  enumerate deployments and rank them
+- bounds.py      analytical bounds that prune candidates before simulating
+- capacity.py    the highest request rate at which a deployment meets the SLOs
+- run.py         the search: enumerate, bound, simulate survivors in parallel, verify
+- report.py      what `serve plan` prints (table, why the winner wins, misses)
+- rate_sweep.py  one deployment simulated at several request rates
+"""

@@ -1,0 +1,128 @@
+"""Run the serving plan search: enumerate, bound, simulate survivors in parallel, verify."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from meshplan.errors import ConfigError
+from meshplan.hardware import Cluster
+from meshplan.model.spec import ModelSpec
+from meshplan.serving.search.bounds import replicas_needed
+from meshplan.serving.search.capacity import Targets, at_rate, margins
+from meshplan.serving.search.candidates import (
+    OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, disaggregated, job_args, score,
+)
+from meshplan.serving.simulate import simulate
+from meshplan.serving.traffic.workload import Workload
+
+
+@dataclass(slots=True, kw_only=True)
+class SearchResult:
+    """Ranked feasible plans, the closest infeasible ones, and what the search did."""
+
+    ranked: list[Candidate]
+    infeasible: list[Candidate]
+    rate: float
+    targets: Targets
+    objective: str
+    prices: dict[str, float]
+    simulated: int
+    simulations: int
+    pruned: dict[str, int]
+    wall_s: float
+    max_gpus: int = 0
+
+
+def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: float, t: Targets, *,
+           max_gpus: int, objective: str = "min-gpus", prices: dict[str, float] | None = None,
+           space: Space | None = None, top: int = 5, workers: int = 2) -> SearchResult:
+    """The best deployments serving `rate` requests/s of `unit`'s traffic within `t`."""
+    start, prices, space = time.perf_counter(), prices or {}, space or Space()
+    if objective not in OBJECTIVES:
+        raise ConfigError(f"--objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
+    if objective == "min-cost" and any(c.gpu.name not in prices for c in clusters):
+        raise ConfigError("--objective min-cost needs --price GPU=USD_PER_GPU_HOUR for every --gpu")
+    pruned: Counter[str] = Counter()
+    cands: list[Candidate] = []
+    hopeless: list[Candidate] = []
+    for cluster in clusters:
+        reps = colocated(model, cluster, unit, t, space, rate, max_gpus, pruned, hopeless)
+        cands += reps
+        if space.disaggregate:
+            cands += disaggregated(reps, rate, max_gpus, pruned)
+    cands.sort(key=lambda c: best_case(c, rate, objective, prices.get(c.gpu)))
+    done, sims = _evaluate(model, {c.gpu.name: c for c in clusters}, unit, rate, t, cands, objective,
+                           prices, top, workers, pruned)
+    feasible = [c for c in done if c.capacity.rate > 0 and c.gpus <= max_gpus]
+    feasible.sort(key=lambda c: score(c, objective, prices.get(c.gpu)))
+    verified = _verify(model, {c.gpu.name: c for c in clusters}, unit, rate, t, feasible[:top], max_gpus)
+    ranked = sorted((c for c in verified if _meets(c)), key=lambda c: score(c, objective, prices.get(c.gpu)))
+    infeasible = sorted([c for c in done + hopeless if c not in ranked],
+                        key=lambda c: max(c.capacity.margins.values(), default=9e9))[:top]
+    return SearchResult(ranked=ranked, infeasible=infeasible, rate=rate, targets=t, objective=objective,
+                        prices=prices, simulated=len(done), simulations=sims, pruned=dict(pruned),
+                        wall_s=time.perf_counter() - start, max_gpus=max_gpus)
+
+
+def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, workers, pruned):
+    """Capacity of candidates in best-case order, `workers` at a time, skipping those whose
+    best case cannot enter the current top `top`."""
+    done, sims, i = [], 0, 0
+    pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    try:
+        while i < len(cands):
+            ranked = sorted(score(c, objective, prices.get(c.gpu)) for c in done if c.capacity.rate > 0)
+            worst_kept = ranked[top - 1][0] if len(ranked) >= top else None
+            batch = []
+            while i < len(cands) and len(batch) < max(workers, 1):
+                c = cands[i]
+                i += 1
+                if worst_kept is not None and best_case(c, rate, objective, prices.get(c.gpu)) > worst_kept:
+                    pruned["bound: cannot beat the plans found"] += 1
+                    continue
+                batch.append(c)
+            jobs = [job_args(model, clusters[c.gpu], c.plan, unit, t, None) for c in batch]
+            results = list(pool.map(_job, jobs)) if pool else [_job(j) for j in jobs]
+            for c, cap in zip(batch, results):
+                c.capacity, sims = cap, sims + cap.simulations
+                c.replicas = replicas_needed(rate, cap.rate)
+                done.append(c)
+    finally:
+        if pool:
+            pool.shutdown()
+    return done, sims
+
+
+def _meets(c: Candidate) -> bool:
+    return all(v <= 1 for v in c.verified_margins.values())
+
+
+def deployment_plan(c: Candidate):
+    """The whole deployment: the unit repeated `replicas` times (colocated replicas, or both
+    disaggregated pools scaled together)."""
+    if not c.disaggregated:
+        return c.plan.model_copy(update={"replicas": c.replicas})
+    d = c.plan.disaggregated
+    pools = d.model_copy(update={"prefill_gpus": d.prefill_gpus * c.replicas, "decode_gpus": d.decode_gpus * c.replicas})
+    return c.plan.model_copy(update={"disaggregated": pools})
+
+
+def _verify(model, clusters, unit, rate, t, cands, max_gpus) -> list[Candidate]:
+    """Simulate each plan's full deployment at the target rate; add a replica if the split
+    traffic misses an SLO (up to --max-gpus)."""
+    out = []
+    for c in cands:
+        while True:
+            plan = deployment_plan(c)
+            res = simulate(model, _sized(clusters[c.gpu], plan.num_gpus), plan, at_rate(unit, rate),
+                           slo=t.slo())
+            c.verified, c.verified_margins = res, margins(res.records, t)
+            ok = all(v <= 1 for v in c.verified_margins.values())
+            if ok or (c.replicas + 1) * c.unit_gpus > max_gpus:
+                break
+            c.replicas += 1
+        out.append(c)
+    return out

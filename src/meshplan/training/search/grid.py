@@ -1,0 +1,101 @@
+"""Parallel sweeps: the best plan for every cell of a grid (models x GPUs x sizes x lengths)."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from meshplan.parallel import run_tasks
+from meshplan.calibration.site import active_site
+
+COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "status", "tp", "pp", "vpp", "cp", "ep",
+           "micro_batch_size", "recompute", "dp_sharding", "tokens_per_s_per_gpu", "mfu",
+           "step_time_s", "peak_bytes", "evaluated", "search_seconds")
+
+
+def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framework: str) -> dict:
+    """Search one grid cell; runs in a worker process, so it takes and returns plain data."""
+    from meshplan import Cluster, load_model
+    from meshplan.errors import MeshplanError
+    from meshplan.training import TrainingPlan
+    from meshplan.training.search.plans import search
+
+    model_name, gpu, gpus, seq = cell
+    row: dict = {"model": model_name, "gpu": gpu, "num_gpus": gpus, "seq_len": seq}
+    try:
+        model = load_model(model_name)
+        base = TrainingPlan(seq_len=seq, global_batch_size=max(1, global_batch_tokens // seq),
+                            framework=framework)
+        # one process per cell: the sweep already runs cells in parallel
+        result = search(model, Cluster.build(gpu, gpus), base, {}, top=1, workers=1)
+    except MeshplanError as exc:
+        return {**row, "status": f"error: {exc}"}
+    row.update(evaluated=result.evaluated, search_seconds=round(result.seconds, 3))
+    if not result.ranked:
+        return {**row, "status": "nothing fits"}
+    best = result.ranked[0]
+    p = best.plan
+    row.update(status="ok", tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep,
+               micro_batch_size=p.micro_batch_size, recompute=p.recompute,
+               dp_sharding=p.dp_sharding, tokens_per_s_per_gpu=round(best.tokens_per_s_per_gpu, 1),
+               mfu=round(best.mfu, 4), step_time_s=round(best.step_time_s, 4),
+               peak_bytes=int(best.memory.peak_bytes))
+    return row
+
+
+def run_sweep(models: Iterable[str], gpus: Iterable[str], sizes: Iterable[int],
+              seq_lens: Iterable[int], *, global_batch_tokens: int, framework: str, out: Path,
+              workers: int, progress: Callable[[], None] | None = None, backend: str = "local",
+              address: str | None = None, chunk: int | None = None) -> list[dict]:
+    """Search every cell and write the rows to `out` (CSV): each row is appended as its task
+    finishes (a crash keeps every finished row), then the file is rewritten in grid order.
+    `backend` "local" uses a process pool of `workers`; "ray" sends tasks of `chunk` cells to a
+    Ray cluster (`address`, or a local Ray with `workers` CPUs), retrying a failed task once."""
+    cells = list(itertools.product(models, gpus, sizes, seq_lens))
+    chunk = chunk or max(1, min(CHUNK_MAX, -(-len(cells) // (4 * max(workers, 1)))))
+    tasks = [cells[i:i + chunk] for i in range(0, len(cells), chunk)]
+    rows: list[dict] = []
+    with open(out, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+
+        def take(done: list[dict]) -> None:
+            writer.writerows(done)
+            handle.flush()
+            rows.extend(done)
+            for _ in done:
+                if progress:
+                    progress()
+
+        site = active_site()
+        run_tasks(sweep_chunk, [(t, global_batch_tokens, framework, site) for t in tasks], take,
+                  lambda task, exc: take(_failed(task[0], repr(exc))), backend=backend,
+                  workers=workers, address=address)
+    rows.sort(key=lambda r: (r["model"], r["gpu"], r["num_gpus"], r["seq_len"]))
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    with open(tmp, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(out)
+    return rows
+
+
+CHUNK_MAX = 200
+"""Most cells one task searches (a few hundred searches per Ray task amortise its overhead)."""
+
+
+def sweep_chunk(cells: list, global_batch_tokens: int, framework: str, site=None) -> list[dict]:
+    """Search a list of cells (one task), under the site profile the sweep was started with."""
+    from meshplan.calibration.site import use_site
+
+    use_site(site)
+    return [sweep_cell(c, global_batch_tokens, framework) for c in cells]
+
+
+def _failed(cells: list, why: str) -> list[dict]:
+    """Rows saying that the task holding `cells` failed twice."""
+    return [{"model": m, "gpu": g, "num_gpus": n, "seq_len": s, "status": f"error: task failed twice: {why}"}
+            for m, g, n, s in cells]
