@@ -60,7 +60,7 @@ def test_version():
 
 
 def test_validate_without_files_reads_the_builtin_calibration_records(monkeypatch):
-    import meshplan.cli.validate as command
+    import meshplan.cli.commands.validate as command
 
     seen = []
     monkeypatch.setattr(command, "predict", lambda records, *a: (seen.extend(records), ([], []))[1])
