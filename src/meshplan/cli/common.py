@@ -7,6 +7,7 @@ import functools
 import inspect
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,10 @@ import typer
 from meshplan.errors import ConfigError, DoesNotFitError, MeshplanError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+PIPED_WIDTH = 200
+"""Columns a table may use when the output is a file or a pipe (COLUMNS overrides)."""
 
 
 class LazyConsole:
@@ -33,6 +38,8 @@ class LazyConsole:
             from rich.console import Console
 
             self._console = Console(stderr=self._stderr)
+            if not self._console.is_terminal and "COLUMNS" not in os.environ:
+                self._console.width = PIPED_WIDTH  # a file or a pipe: whole tables, not 80 columns
         return self._console
 
     def __getattr__(self, name: str) -> Any:
