@@ -49,13 +49,23 @@ ACCURACY_HEADER = ["", "median abs. error", "p90 abs. error", "issue target"]
 ACCURACY_ALIGN = ["---", "---:", "---:", "---:"]
 
 
+HELD_OUT_NAMES = {"megatron-bridge": "Megatron-Bridge", "small-models": "small models (GPT-2 class)",
+                  "moe-training": "MoE", "blackwell-training": "Blackwell, other labs"}
+"""Held-out record files (src/meshplan/records/held-out/NAME.yaml) as the tables name them."""
+
+
+def band_cell(band: dict) -> str:
+    """Share of measured values inside their p10-p90 band, with the counts."""
+    return f"{pct(band['share'], 0)} ({band['inside']} of {band['n']})"
+
+
 def render_training_accuracy(acc: dict, holdout: dict) -> str:
     """Accuracy table of the step-time model: in-sample, leave-one-source-out, held out, per metric."""
     t, loso, m = acc["tokens_per_s_per_gpu"], acc["leave_one_source_out"], acc["by_metric"]
     rows = [[f"tokens/s per GPU, in-sample ({t['n']} records)", *med_p90(t), "8% / 20%"],
             [f"tokens/s per GPU, leave-one-source-out ({loso['n']})", *med_p90(loso), "median 12%"],
-            [f"held out: {holdout['summary']['n']} Megatron-Bridge runs never fitted",
-             *med_p90(holdout["summary"]), ""],
+            *[[f"held out, {HELD_OUT_NAMES.get(name, name)}: {f['summary']['n']} runs never fitted",
+               *med_p90(f["summary"]), ""] for name, f in holdout["files"].items()],
             [f"step time ({m['step_time_s']['n']} records that publish it)", *med_p90(m["step_time_s"]), ""],
             [f"peak memory ({m['peak_memory_gib']['n']} records)", *med_p90(m["peak_memory_gib"]), ""]]
     table = _table(ACCURACY_HEADER, ACCURACY_ALIGN, rows)
@@ -211,24 +221,26 @@ def render_validated_against(acc: dict, holdout: dict, mem: dict, serving: dict)
     measured = [r for r in mem["rows"] if r["measured_gib"] is not None]
     out, engines = serving["by_metric"]["output_tokens_per_s"], serving["engines"]
     mix = ", ".join(f"{n} {e}" for e, n in sorted(engines.items(), key=lambda kv: -kv[1]))
+    calib = holdout["calibration_band_coverage"]
     rows = [
         ["training tokens/s per GPU", f"{t['n']} published runs from {len(acc['by_source'])} sources "
-         "(the constants are fitted on them)", *med_p90(t)],
+         "(the constants are fitted on them)", *med_p90(t), ""],
         ["training tokens/s per GPU, each source left out of the fit", f"the same {loso['n']} runs",
-         *med_p90(loso)],
-        ["training tokens/s per GPU, held out",
-         f"{holdout['summary']['n']} Megatron-Bridge runs never fitted on", *med_p90(holdout["summary"])],
-        ["training step time", f"{m['step_time_s']['n']} runs that publish it", *med_p90(m["step_time_s"])],
+         *med_p90(loso), pct(calib["throughput"], 0)],
+        *[[f"training tokens/s per GPU, held out: {HELD_OUT_NAMES.get(name, name)}",
+           f"{f['summary']['n']} runs never fitted on", *med_p90(f["summary"]), band_cell(f["band"]["all"])]
+          for name, f in holdout["files"].items()],
+        ["training step time", f"{m['step_time_s']['n']} runs that publish it", *med_p90(m["step_time_s"]), ""],
         ["peak memory per GPU", f"{len(measured)} runs that measured it", pct(mem["median_abs_rel_error"]),
-         pct(mem["p90_abs_rel_error"])],
+         pct(mem["p90_abs_rel_error"]), pct(calib["memory"], 0)],
         ["serving output tokens/s", f"{out['n']} values of {serving['simulated']} published benchmarks "
-         f"({mix}) on {len(serving['by_gpu'])} GPU models", *med_p90(out)],
+         f"({mix}) on {len(serving['by_gpu'])} GPU models", *med_p90(out), ""],
         ["serving, every published metric, each source left out",
          f"{serving['leave_one_source_out']['n']} values from {len(serving['by_source'])} sources",
-         *med_p90(serving["leave_one_source_out"])],
+         *med_p90(serving["leave_one_source_out"]), ""],
     ]
-    return _table(["predicted", "measured in", "median abs. error", "p90 abs. error"],
-                  ["---", "---", "---:", "---:"], rows) + "\n"
+    return _table(["predicted", "measured in", "median abs. error", "p90 abs. error",
+                   "inside the p10-p90 band"], ["---", "---", "---:", "---:", "---:"], rows) + "\n"
 
 
 @dataclass(frozen=True, slots=True)

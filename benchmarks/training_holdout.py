@@ -1,55 +1,69 @@
-"""Generalisation of the step-time model on held-out runs: Megatron-Bridge pre-training rows
-(NeMo 26.02, 25.11, 25.09) that are not in the calibration file, predicted with the shipped
-constants. Prints overall, per-GPU and per-precision error and every record by |error|.
-On the default file, saves the summary the docs quote to benchmarks/results/training_holdout.json.
-Run: python benchmarks/training_holdout.py [RECORDS.yaml]"""
+"""Generalisation of the training model on held-out runs: every file of the package's held-out
+set (src/meshplan/records/held-out/: Megatron-Bridge pre-training rows that are not calibration
+records; small models; MoE; Blackwell runs of other labs), predicted with the shipped constants
+as `meshplan validate --records held-out` predicts them. Prints per file and per regime the error
+of tokens/s per GPU and how many measured values fall inside their p10-p90 band (meshplan.bands),
+in and out of the calibrated regimes, and every record by |error|. Saves the figures the docs
+quote to benchmarks/results/training_holdout.json.
+Run: python benchmarks/training_holdout.py"""
 
 from __future__ import annotations
 
+import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-from meshplan.calibration import training as cal
-from meshplan.records import HELD_OUT
-from meshplan.training.time.constants import _fitted
+from meshplan.bands.band import _data as band_data
+from meshplan.records import SETS
 from meshplan.validate.records import load_records
-from meshplan.validate.run import error_stats
+from meshplan.validate.run import error_stats, predict
 
 import readme_blocks  # benchmarks/readme_blocks.py
 
-HOLDOUT = HELD_OUT / "megatron-bridge.yaml"
+
+def coverage(rows) -> dict:
+    """Measured values inside their band: all rows, rows in regime, rows extrapolating."""
+    def share(sub):
+        inside = sum(r.low <= r.measured <= r.high for r in sub)
+        return {"n": len(sub), "inside": inside, "share": inside / len(sub) if sub else None}
+    return {"all": share(rows), "in_regime": share([r for r in rows if not r.extrapolating]),
+            "extrapolating": share([r for r in rows if r.extrapolating])}
 
 
-def grouped(title: str, keyed: list[tuple[str, float]]) -> None:
-    """Median |err|, signed median and count of each group."""
-    print(f"by {title} (median |err|, signed median, n):")
-    for key in sorted({k for k, _ in keyed}):
-        errs = [e for k, e in keyed if k == key]
-        s = error_stats(errs)
-        print(f"  {key:16s} {s['median_abs_rel_error']:6.1%}  {statistics.median(errs):+7.1%}  n={s['n']}")
+def file_figures(path, workers: int) -> tuple[dict, list]:
+    rows, skips = predict(load_records(path), workers=workers)
+    tokens = [r for r in rows if r.metric == "tokens_per_s_per_gpu"]
+    errs = [r.rel_error for r in tokens]
+    figures = {"records": len({r.id for r in rows}) + len(skips), "skipped": len(skips),
+               "summary": error_stats(errs), "signed_median": statistics.median(errs),
+               "band": coverage(tokens)}
+    return figures, tokens
 
 
 def main() -> None:
     start = time.perf_counter()
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else HOLDOUT
-    records = load_records(path)
-    cases = cal.prepare(records)
-    errs = cal.errors(cases, _fitted())
-    s = error_stats(errs)
-    print(f"{path.name}: {len(records)} records, {s['n']} predicted (tokens/s per GPU, shipped "
-          f"constants): median |err| {s['median_abs_rel_error']:.1%}, p90 |err| {s['p90_abs_rel_error']:.1%}")
-    grouped("GPU", [(c.record.hardware.gpu, e) for c, e in zip(cases, errs)])
-    grouped("precision", [(c.record.training.precision, e) for c, e in zip(cases, errs)])
-    print("every record by |error| (positive: the model is too fast):")
-    for e, c in sorted(zip(errs, cases), key=lambda x: -abs(x[0])):
-        p = c.plan
-        print(f"  {e:+7.1%}  {c.record.id:48s} measured {c.measured:>7g}  tp{p.tp} pp{p.pp} vpp{p.vpp} "
-              f"cp{p.cp} ep{p.ep} mbs{p.micro_batch_size}")
-    if path == HOLDOUT:
-        readme_blocks.save("training_holdout", {"records": len(records), "summary": s})
-    print(f"({time.perf_counter() - start:.0f} s)")
+    workers = min(2, os.cpu_count() or 1)
+    files, every = {}, []
+    for path in SETS["held-out"]:
+        figures, tokens = file_figures(path, workers)
+        files[path.stem], every = figures, every + tokens
+        s, band = figures["summary"], figures["band"]
+        print(f"{path.name}: {s['n']} tokens/s values, median |err| {s['median_abs_rel_error']:.1%}, "
+              f"p90 {s['p90_abs_rel_error']:.1%}, signed median {figures['signed_median']:+.1%}; "
+              f"inside p10-p90: {band['all']['inside']} of {band['all']['n']} "
+              f"({band['in_regime']['inside']} of {band['in_regime']['n']} in regime, "
+              f"{band['extrapolating']['inside']} of {band['extrapolating']['n']} extrapolating)")
+    print("every record by |error| (positive: the model is too fast; * extrapolating):")
+    for r in sorted(every, key=lambda r: -abs(r.rel_error)):
+        inside = "in band " if r.low <= r.measured <= r.high else "outside"
+        print(f"  {r.rel_error:+7.1%} {inside} {'*' if r.extrapolating else ' '} {r.id}")
+    total = error_stats([r.rel_error for r in every])
+    loso = band_data()["fit"]["coverage"]
+    readme_blocks.save("training_holdout", {"records": sum(f["records"] for f in files.values()),
+                                            "summary": total, "band": coverage(every),
+                                            "calibration_band_coverage": loso, "files": files})
+    print(f"all held-out: median |err| {total['median_abs_rel_error']:.1%}; leave-one-source-out "
+          f"band coverage on the calibration set: {loso} ({time.perf_counter() - start:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ LAYERS: dict[str, float] = {
     # 0: helpers every layer may use; the package root only loads its public names lazily
     "meshplan": 0, "meshplan.errors": 0, "meshplan.yamlread": 0, "meshplan.userfiles": 0,
     "meshplan.gcpause": 0, "meshplan.parallel": 0, "meshplan.memo": 0,
-    "meshplan.calibration.site": 0,
+    "meshplan.calibration.site": 0, "meshplan.records": 0,
     # 1: specs and catalogs
-    "meshplan.model": 1, "meshplan.hardware": 1,
+    "meshplan.model": 1, "meshplan.hardware": 1, "meshplan.bands": 1,
     # 2: the costs both training and serving share
     "meshplan.costs": 2,
     # 3: one plan's parts; training's per-plan models may use one another, serving's are a chain

@@ -18,7 +18,7 @@ EXPECTED_API = [
     "list_interconnects",
     # training memory, step estimate, plan search
     "TrainingPlan", "MemoryEstimate", "estimate_memory", "resolve_plan", "StepEstimate",
-    "estimate_training", "search_training_plans",
+    "estimate_training", "search_training_plans", "estimate_bands",
     # serving simulation and plan search
     "SLO", "ServingPlan", "WorkloadSpec", "synthesize", "simulate", "search_serving_plans",
     "serving_deployment",

@@ -45,8 +45,11 @@ def test_json_report_follows_the_schema(tmp_path):
     assert set(rows) == {"tokens_per_s_per_gpu", "step_time_s", "output_tokens_per_s"}
     assert rows["output_tokens_per_s"]["kind"] == "serving"
     for row in rows.values():
-        assert set(row) == {"id", "kind", "metric", "measured", "predicted", "rel_error"}
+        assert set(row) == {"id", "kind", "metric", "measured", "predicted", "rel_error", "low",
+                            "high", "extrapolating"}
         assert row["rel_error"] == pytest.approx(row["predicted"] / row["measured"] - 1)
+        if row["kind"] == "training":
+            assert row["low"] < row["high"] and isinstance(row["extrapolating"], list)
     assert data["skipped"] == []
     assert set(data["summary"]["by_kind"]) == {"training", "serving"}
     for key in ("n", "median_abs_rel_error", "p90_abs_rel_error", "by_kind"):

@@ -34,6 +34,7 @@ _LAZY = {
     "StepEstimate": "meshplan.training.estimate",
     "estimate_training": "meshplan.api",
     "search_training_plans": "meshplan.api",
+    "estimate_bands": "meshplan.bands.training",
     # serving: workloads, simulation and plan search
     "SLO": "meshplan.serving.metrics.summary",
     "ServingPlan": "meshplan.serving.plan",

@@ -40,20 +40,33 @@ def memory_page(estimate: MemoryEstimate, title: str, command: str, inputs: Mapp
                   sections=[Section(title="Memory per stage", figure=ft.memory_figure(estimate))])
 
 
-def estimate_page(est: StepEstimate, title: str, command: str, inputs: Mapping) -> Report:
-    """`train estimate`: throughput, MFU, the time breakdown, the pipeline Gantt and memory.
-    `est` must carry its pipeline events (estimate_step(..., with_events=True))."""
-    headline = [("step time", f"{est.step_time_s:.3f} s"),
-                ("tokens/s per GPU", f"{est.tokens_per_s_per_gpu:,.0f}"),
-                ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),
+def _banded(value: str, band, fmt: str) -> str:
+    """A headline value with its p10-p90 band (meshplan.bands), when there is one."""
+    return value if band is None else f"{value} (p10-p90 {fmt.format(band.low)} - {fmt.format(band.high)})"
+
+
+def _band_notes(reasons) -> list[str]:
+    return [f"Extrapolating beyond the calibration records (the bands are twice as wide): {r}."
+            for r in reasons]
+
+
+def estimate_page(est: StepEstimate, title: str, command: str, inputs: Mapping, bands=None) -> Report:
+    """`train estimate`: throughput, MFU (with their p10-p90 bands when given), the time
+    breakdown, the pipeline Gantt and memory. `est` must carry its pipeline events
+    (estimate_step(..., with_events=True))."""
+    step, tokens, mfu = (bands.step_time_s, bands.tokens_per_s_per_gpu, bands.mfu) if bands else (None,) * 3
+    headline = [("step time", _banded(f"{est.step_time_s:.3f} s", step, "{:.3f} s")),
+                ("tokens/s per GPU", _banded(f"{est.tokens_per_s_per_gpu:,.0f}", tokens, "{:,.0f}")),
+                ("MFU / HFU", _banded(f"{est.mfu:.1%} / {est.hfu:.1%}", mfu, "{:.1%}")),
                 ("pipeline bubble (mean over stages)", f"{est.pipeline.bubble_fraction:.1%}"),
                 *memory_headline(est.memory)]
     sections = [Section(title="Step time breakdown", figure=ft.breakdown_figure(est)),
                 Section(title="Pipeline timeline", figure=ft.timeline_figure(est),
                         text="One row per stage and stream, as in the Chrome trace (--trace)."),
                 Section(title="Memory per stage", figure=ft.memory_figure(est.memory))]
-    return Report(title=title, command=command, inputs=inputs, headline=headline,
-                  notes=_plan_notes(est.memory), sections=sections)
+    notes = _plan_notes(est.memory) + _band_notes(bands.extrapolating if bands else ())
+    return Report(title=title, command=command, inputs=inputs, headline=headline, notes=notes,
+                  sections=sections)
 
 
 def plan_page(results: Mapping[int, SearchResult], title: str, command: str, inputs: Mapping,

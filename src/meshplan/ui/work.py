@@ -27,18 +27,23 @@ def train_memory(body: dict, plots: bool = False) -> dict:
         return memory_page(est, f"{_title(spec, cluster)}: memory per GPU", "meshplan train memory",
                            inputs(body))
 
-    return {**memory_dict(est), **({"report": report_json(page)} if plots else {})}
+    from meshplan.bands.training import memory_bands
+
+    return {**memory_dict(est), **memory_bands(spec, cluster, est),
+            **({"report": report_json(page)} if plots else {})}
 
 
 def train_estimate(body: dict, plots: bool = False) -> dict:
     """`train estimate --json` of a TrainingRequest (and its report page when `plots`)."""
+    from meshplan.bands.training import estimate_bands
     from meshplan.training.choose import best_plan
     from meshplan.training.estimate_report import estimate_dict
 
     spec, cluster, plan = _training_inputs(body)
     est = best_plan(plan, spec, cluster)
+    bands = estimate_bands(spec, cluster, est).to_dict()
     if not plots:
-        return estimate_dict(est)
+        return {**estimate_dict(est), **bands}
     from dataclasses import replace
 
     from meshplan.training.estimate import estimate_step
@@ -49,9 +54,9 @@ def train_estimate(body: dict, plots: bool = False) -> dict:
         from meshplan.report.pages_training import estimate_page
 
         return estimate_page(est, f"{_title(spec, cluster)}: one training step", "meshplan train estimate",
-                             inputs(body))
+                             inputs(body), estimate_bands(spec, cluster, est))
 
-    return {**estimate_dict(est), "report": report_json(page)}
+    return {**estimate_dict(est), **bands, "report": report_json(page)}
 
 
 def _training_inputs(body: dict):

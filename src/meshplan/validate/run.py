@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
+from meshplan.bands.training import estimate_bands
 from meshplan.errors import ConfigError
 from meshplan.training.choose import best_plan
 from meshplan.validate.schema import Record
@@ -29,6 +30,11 @@ class Row:
     measured: float
     predicted: float
     rel_error: float
+    low: float | None = None
+    """The prediction's p10-p90 band (meshplan.bands; training metrics), or None."""
+    high: float | None = None
+    extrapolating: tuple[str, ...] = ()
+    """Why the record lies outside what the calibration records span (empty when inside)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +52,16 @@ def training_rows(record: Record) -> list[Row]:
     predicted = {"tokens_per_s_per_gpu": est.tokens_per_s_per_gpu,
                  "step_time_s": est.step_time_s,
                  "peak_memory_gib": est.memory.peak_stage.allocator_bytes / GIB}
+    bands = estimate_bands(case.model, case.cluster, est)
+    band = {"tokens_per_s_per_gpu": bands.tokens_per_s_per_gpu, "step_time_s": bands.step_time_s,
+            "peak_memory_gib": bands.peak_bytes.scaled(predicted["peak_memory_gib"] / est.memory.peak_bytes)}
     rows = []
     for metric in TRAINING_METRICS:
         measured = getattr(record.measured, metric)
         if measured:
             value = predicted[metric]
-            rows.append(Row(record.id, "training", metric, measured, value, value / measured - 1))
+            rows.append(Row(record.id, "training", metric, measured, value, value / measured - 1,
+                            band[metric].low, band[metric].high, bands.extrapolating))
     return rows
 
 

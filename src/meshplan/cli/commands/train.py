@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
+from meshplan.bands.training import estimate_bands, memory_bands
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import console, finish, print_json, user_errors, with_site
@@ -138,10 +139,11 @@ def memory(**flags) -> None:
     spec, cluster, plan = parse_inputs(flags)
     estimate = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
     title = f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
+    bands = memory_bands(spec, cluster, estimate)
     if json_out:
-        print_json(memory_dict(estimate))
+        print_json({**memory_dict(estimate), **bands})
     else:
-        render_memory(estimate, title)
+        render_memory(estimate, title, bands)
 
     def page():
         from meshplan.report.pages_training import memory_page
@@ -165,8 +167,9 @@ def _shown_stages(estimate: MemoryEstimate) -> list[int]:
     return sorted({0, 1, 2, peak, n - 3, n - 2, n - 1})
 
 
-def render_memory(estimate: MemoryEstimate, title: str) -> None:
-    """Print the per-stage table (GiB), the verdict, and what meshplan chose."""
+def render_memory(estimate: MemoryEstimate, title: str, bands: dict | None = None) -> None:
+    """Print the per-stage table (GiB), the verdict with the peak's p10-p90 band, and what
+    meshplan chose."""
     from rich import box
     from rich.table import Table
 
@@ -184,10 +187,24 @@ def render_memory(estimate: MemoryEstimate, title: str) -> None:
         table.add_row(*cells, style="bold yellow" if s is peak else None)
     console.print(table)
     console.print(verdict(estimate))
+    if bands is not None:
+        console.print(memory_band_line(estimate, bands["intervals"]["peak_bytes"]), highlight=False)
+        extrapolation_lines(bands["extrapolating"])
     for field, why in estimate.plan.chosen.items():
         console.print(f"  chose {field} = {why}", highlight=False, soft_wrap=True)
     for warning in estimate.plan.warnings:
         console.print(f"  [yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+
+
+def memory_band_line(estimate: MemoryEstimate, band: dict) -> str:
+    """The peak's p10-p90 band, and what it means for the verdict."""
+    cap = estimate.gpu_memory_bytes
+    line = f"  peak p10-p90: {band['low'] / GIB:.1f} - {band['high'] / GIB:.1f} GiB"
+    if estimate.fits and band["high"] > cap:
+        line += " (the upper end does not fit: keep a margin)"
+    elif not estimate.fits and band["low"] <= cap:
+        line += " (the lower end fits: a measurement would tell)"
+    return line
 
 
 def verdict(estimate: MemoryEstimate) -> str:
@@ -241,19 +258,21 @@ def estimate(**flags) -> None:
     def page():
         from meshplan.report.pages_training import estimate_page
 
-        return estimate_page(est, f"{title}: one training step", "meshplan train estimate", given)
+        return estimate_page(est, f"{title}: one training step", "meshplan train estimate", given,
+                             estimate_bands(spec, cluster, est))
 
     if trace is not None:
         from meshplan.report import chrome_trace, write_trace
 
         write_trace(trace, chrome_trace(est.pipeline.events, extra=trace_extras(est),
                                         metadata={"model": spec.name, "gpu": cluster.gpu.name}))
+    bands = estimate_bands(spec, cluster, est)
     if json_out:
-        print_json(estimate_dict(est))
+        print_json({**estimate_dict(est), **bands.to_dict()})
         html_option.write(html, page)
         finish(est.memory.fits)
         return
-    render_estimate(est, title)
+    render_estimate(est, title, bands)
     if timeline:
         from meshplan.report import text_timeline
 
@@ -264,27 +283,44 @@ def estimate(**flags) -> None:
     finish(est.memory.fits)
 
 
-def render_estimate(est, title: str) -> None:
-    """Headline numbers, the time breakdown and the memory verdict."""
+def render_estimate(est, title: str, bands=None) -> None:
+    """Headline numbers with their p10-p90 bands, the time breakdown and the memory verdict."""
     from rich import box
     from rich.table import Table
 
     table = Table(title=f"{title}: one training step", show_header=False, box=box.SIMPLE_HEAD)
     table.add_column(style="bold")
     table.add_column(justify="right")
-    table.add_row("step time", f"{est.step_time_s:.3f} s")
-    table.add_row("tokens / s / GPU", f"{est.tokens_per_s_per_gpu:,.0f}")
-    table.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}")
+    table.add_column(justify="right", style="dim")
+    step, tokens, mfu = ((bands.step_time_s, bands.tokens_per_s_per_gpu, bands.mfu) if bands
+                         else (None, None, None))
+    table.add_row("step time", f"{est.step_time_s:.3f} s", _band(step, "{:.3f} s"))
+    table.add_row("tokens / s / GPU", f"{est.tokens_per_s_per_gpu:,.0f}", _band(tokens, "{:,.0f}"))
+    table.add_row("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}", _band(mfu, "{:.1%}"))
     for name, seconds in est.breakdown.items():
         if seconds > 0:
             share = seconds / est.step_time_s
-            table.add_row(f"  {name.replace('_', ' ')}", f"{seconds:.3f} s  {share:5.1%}")
+            table.add_row(f"  {name.replace('_', ' ')}", f"{seconds:.3f} s  {share:5.1%}", "")
     console.print(table)
+    if bands is not None:
+        extrapolation_lines(bands.extrapolating)
     for line in imbalance_lines(est.imbalance):
         console.print(line, highlight=False, soft_wrap=True)
     console.print(verdict(est.memory))
     for field, why in est.plan.chosen.items():
         console.print(f"  chose {field} = {why}", highlight=False, soft_wrap=True)
+
+
+def _band(band, fmt: str) -> str:
+    """A p10-p90 band as the third column of a headline table."""
+    return "" if band is None else f"p10-p90 {fmt.format(band.low)} - {fmt.format(band.high)}"
+
+
+def extrapolation_lines(reasons) -> None:
+    """The out-of-regime warning: the band is wider, and why."""
+    if reasons:
+        console.print("[yellow]warning:[/] extrapolating beyond the calibration records (the band "
+                      f"is twice as wide): {'; '.join(reasons)}", highlight=False, soft_wrap=True)
 
 
 def imbalance_lines(report: dict) -> list[str]:

@@ -6,18 +6,20 @@ from pathlib import Path
 
 import typer
 
+from meshplan.bands.training import estimate_bands, plus_minus
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
-from meshplan.cli.commands.train import build_plan
+from meshplan.cli.commands.train import build_plan, extrapolation_lines
 from meshplan.training.layout.capabilities import frameworks_for, schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.search.economics import economics
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.search.plans import OBJECTIVE_UNITS, SearchResult, search, why_winner
 from meshplan.training.search.sweep import PARALLEL_FROM, default_workers
+from meshplan.training.search.ties import ties
 
 GIB = 2**30
 ZERO = {"none": "0", "optimizer": "1", "gradients": "2", "full": "3"}
@@ -132,7 +134,7 @@ def plan_command(
         searches.append(search_dict(result, n))
         results[n] = result
         if not json_out:
-            render(result, f"{spec.name} on {n} x {cluster.gpu.name}", cluster, money)
+            render(result, f"{spec.name} on {n} x {cluster.gpu.name}", cluster, money, spec)
     if json_out:
         entries.sort(key=lambda e: e["score"])
         print_json({"plans": entries, "score_unit": OBJECTIVE_UNITS[objective],
@@ -182,7 +184,10 @@ def search_size(spec, model: str, cluster, base: TrainingPlan, pinned: dict, obj
                     price_per_gpu_hour=price, train_tokens=tokens, progress=update, workers=workers)
     money = [economics(e.tokens_per_s_per_gpu, e.step_time_s, cluster.num_gpus, price, tokens)
              for e in result.ranked]
-    entries = [plan_entry(e, model, cluster, s, m) for e, s, m in zip(result.ranked, result.scores, money)]
+    tied = set(ties(result.ranked, result.scores).ranks)
+    entries = [{**plan_entry(e, model, cluster, s, m), **estimate_bands(spec, cluster, e).to_dict(),
+                "tied_with_winner": i in tied}
+               for i, (e, s, m) in enumerate(zip(result.ranked, result.scores, money), 1)]
     return result, entries, money
 
 
@@ -211,6 +216,7 @@ def check_pins(pinned: dict, gpus: int) -> None:
 
 def search_dict(result: SearchResult, gpus: int) -> dict:
     return {"num_gpus": gpus, "evaluated": result.evaluated,
+            "ties": ties(result.ranked, result.scores).to_dict(),
             "feasible": result.evaluated - result.rejected_memory,
             "rejected_memory": result.rejected_memory, "rejected_invalid": result.rejected_invalid,
             "seconds": result.seconds, "objective": result.objective,
@@ -284,20 +290,25 @@ MONEY_COLUMNS = (("USD/step", "usd_per_step", "{:,.2f}"), ("USD/Mtok", "usd_per_
 """Cost and time columns, shown when the inputs that set them were given (a price, a budget)."""
 
 
-def render(result: SearchResult, title: str, cluster, money: list[dict] | None = None) -> None:
-    """The ranked table, its cost/time table, why the winner wins, and the search counts."""
+def render(result: SearchResult, title: str, cluster, money: list[dict] | None = None,
+           spec=None) -> None:
+    """The ranked table (with each throughput's p10-p90 as a ± column, ties marked `=`), its
+    cost/time table, why the winner wins, the ties and the search counts."""
     from rich import box
     from rich.table import Table
 
+    tied = ties(result.ranked, result.scores)
+    bands = [estimate_bands(spec, cluster, e) for e in result.ranked] if spec is not None else []
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
-    for col in ("#", "tp", "pp", "vpp", "cp/ep", "zero", "mbs", "recompute", "tok/s/GPU", "MFU",
-                "step s", "GiB used"):
+    for col in ("#", "tp", "pp", "vpp", "cp/ep", "zero", "mbs", "recompute", "tok/s/GPU", "±%",
+                "MFU", "step s", "GiB used"):
         table.add_column(col, justify="right", no_wrap=True, min_width=len(col))
     for i, e in enumerate(result.ranked, 1):
         p = e.plan
-        table.add_row(str(i), str(p.tp), str(p.pp), str(p.vpp), f"{p.cp}/{p.ep}", _zero(p),
-                      str(p.micro_batch_size), _recompute(p), f"{e.tokens_per_s_per_gpu:,.0f}",
-                      f"{e.mfu:.1%}", f"{e.step_time_s:.2f}",
+        spread = plus_minus(e.tokens_per_s_per_gpu, bands[i - 1].tokens_per_s_per_gpu) if bands else ""
+        table.add_row(f"{i}{'=' if i in tied.ranks else ''}", str(p.tp), str(p.pp), str(p.vpp),
+                      f"{p.cp}/{p.ep}", _zero(p), str(p.micro_batch_size), _recompute(p),
+                      f"{e.tokens_per_s_per_gpu:,.0f}", spread, f"{e.mfu:.1%}", f"{e.step_time_s:.2f}",
                       f"{e.memory.peak_bytes / GIB:.0f}/{e.memory.gpu_memory_bytes / GIB:.0f}",
                       style="bold" if i == 1 else None)
     if result.ranked:
@@ -305,6 +316,10 @@ def render(result: SearchResult, title: str, cluster, money: list[dict] | None =
         _render_money(money or [])
         _render_balance(result.ranked)
     console.print(why_winner(result), highlight=False, soft_wrap=True)
+    if tied.ranks:
+        console.print(tied.line(), highlight=False, soft_wrap=True)
+    if bands and bands[0].extrapolating:
+        extrapolation_lines(bands[0].extrapolating)
     if not result.ranked:
         for memory in result.closest:
             console.print(f"  closest: {_blocked(memory)}", highlight=False, soft_wrap=True)

@@ -11,6 +11,7 @@ from rich import box
 from rich.table import Table
 
 from meshplan.cli import html_option
+from meshplan.cli.render import si
 from meshplan.cli.common import QUIET, console, err_console, print_json, progress, show_progress, user_errors, with_site
 from meshplan.records import with_set
 from meshplan.validate.records import read_records
@@ -61,15 +62,32 @@ def validate(
         html_option.write(html, page)
         return
     table = Table(title="measured vs predicted", box=box.SIMPLE_HEAD)
-    for col in ("record", "metric", "measured", "predicted", "error"):
+    for col in ("record", "metric", "measured", "predicted", "p10-p90", "error"):
         table.add_column(col, justify="left" if col in ("record", "metric") else "right")
     for r in rows:
         unit = UNITS.get(r.metric, (r.metric, 1.0))[0]
-        table.add_row(r.id, unit, f"{r.measured:,.4g}", f"{r.predicted:,.4g}", f"{r.rel_error:+.1%}",
+        band = f"{si(r.low)}-{si(r.high)}".replace(" ", "") if r.low is not None else "-"
+        table.add_row(r.id, unit, f"{r.measured:,.4g}", f"{r.predicted:,.4g}",
+                      band + ("*" if r.extrapolating else ""), f"{r.rel_error:+.1%}",
                       style="red" if abs(r.rel_error) > 0.2 else None)
     console.print(table)
     render_summary(data["summary"], len(skips), len(records) + len(bad))
+    render_bands(rows)
     html_option.write(html, page)
+
+
+def render_bands(rows) -> None:
+    """How many measured values fall inside their band, and how many rows extrapolate."""
+    banded = [r for r in rows if r.low is not None]
+    if not banded:
+        return
+    inside = sum(r.low <= r.measured <= r.high for r in banded)
+    console.print(f"inside the p10-p90 band: {inside} of {len(banded)} ({inside / len(banded):.0%}; "
+                  "80% is the promise for records the fit never saw)", highlight=False)
+    outside = len({r.id for r in banded if r.extrapolating})
+    if outside:
+        console.print(f"[yellow]* {outside} records extrapolate[/] beyond the calibrated regimes "
+                      "(--json lists why)", highlight=False)
 
 
 def render_summary(summary: dict, skipped: int, total: int) -> None:
