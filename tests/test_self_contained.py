@@ -52,7 +52,7 @@ def test_the_climb_check_sees_a_climb_out():
     assert landing == REPO.parent
 
 
-EXTRA_OF = {"ui/": "ui", "cli/ui.py": "ui", "report/": "viz", "model/hub.py": "hf", "parallel.py": "ray"}
+EXTRA_OF = {"ui/": "ui", "cli/commands/ui.py": "ui", "report/": "viz", "model/hub.py": "hf", "parallel.py": "ray"}
 """Parts of the package that may import an extra's modules (prefix of the path in the package)."""
 DIST = {"yaml": "pyyaml", "huggingface_hub": "huggingface-hub"}
 """Import name -> distribution name, where they differ."""
