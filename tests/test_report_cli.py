@@ -61,6 +61,8 @@ def test_train_estimate_html_has_breakdown_gantt_and_memory(tmp_path):
     assert {t["name"] for t in gantt["data"]} >= {"F", "B"}
     assert trace([memory], "activations")["y"] == pytest.approx(
         [s["activations_bytes"] / GIB for s in data["memory"]["stages"]])
+    band = data["intervals"]["tokens_per_s_per_gpu"]  # the JSON's band is the report's headline row
+    assert f"{band['low']:,.0f} - {band['high']:,.0f}" in out.read_text()
 
 
 def test_train_plan_html_scatter_is_the_ranked_plans(tmp_path):

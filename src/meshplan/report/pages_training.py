@@ -40,9 +40,13 @@ def memory_page(estimate: MemoryEstimate, title: str, command: str, inputs: Mapp
                   sections=[Section(title="Memory per stage", figure=ft.memory_figure(estimate))])
 
 
-def _banded(value: str, band, fmt: str) -> str:
-    """A headline value with its p10-p90 band (meshplan.bands), when there is one."""
-    return value if band is None else f"{value} (p10-p90 {fmt.format(band.low)} - {fmt.format(band.high)})"
+def _band_rows(bands) -> list[tuple[str, str]]:
+    """Headline rows of an estimate's p10-p90 bands (meshplan.bands), when there are some."""
+    if bands is None:
+        return []
+    rows = (("step time", bands.step_time_s, "{:.3f} s"),
+            ("tokens/s per GPU", bands.tokens_per_s_per_gpu, "{:,.0f}"), ("MFU", bands.mfu, "{:.1%}"))
+    return [(f"{name}, p10-p90", f"{fmt.format(b.low)} - {fmt.format(b.high)}") for name, b, fmt in rows]
 
 
 def _band_notes(reasons) -> list[str]:
@@ -54,10 +58,10 @@ def estimate_page(est: StepEstimate, title: str, command: str, inputs: Mapping, 
     """`train estimate`: throughput, MFU (with their p10-p90 bands when given), the time
     breakdown, the pipeline Gantt and memory. `est` must carry its pipeline events
     (estimate_step(..., with_events=True))."""
-    step, tokens, mfu = (bands.step_time_s, bands.tokens_per_s_per_gpu, bands.mfu) if bands else (None,) * 3
-    headline = [("step time", _banded(f"{est.step_time_s:.3f} s", step, "{:.3f} s")),
-                ("tokens/s per GPU", _banded(f"{est.tokens_per_s_per_gpu:,.0f}", tokens, "{:,.0f}")),
-                ("MFU / HFU", _banded(f"{est.mfu:.1%} / {est.hfu:.1%}", mfu, "{:.1%}")),
+    headline = [("step time", f"{est.step_time_s:.3f} s"),
+                ("tokens/s per GPU", f"{est.tokens_per_s_per_gpu:,.0f}"),
+                ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),
+                *_band_rows(bands),
                 ("pipeline bubble (mean over stages)", f"{est.pipeline.bubble_fraction:.1%}"),
                 *memory_headline(est.memory)]
     sections = [Section(title="Step time breakdown", figure=ft.breakdown_figure(est)),
