@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from importlib import resources
 
-from meshplan.bands.regime import Regime, distance, out_of_regime
+from meshplan.bands.regime import Regime, Span, distance, out_of_regime, span_of
 from meshplan.yamlread import load_packaged
 
 FLOOR = 0.1
@@ -74,13 +74,16 @@ def weighted_quantile(pairs: list[tuple[float, float]], q: float) -> float:
 
 
 def residual_range(q: Regime, residuals: tuple[Residual, ...] | list[Residual], inflation: float,
-                   span: tuple[Residual, ...] | list[Residual] | None = None) -> tuple[float, float, list[str]]:
+                   span: tuple[Residual, ...] | list[Residual] | Span | None = None,
+                   ) -> tuple[float, float, list[str]]:
     """(low, high) of log(predicted / measured) for regime `q`, and the out-of-regime reasons:
     where `q` lies outside the regimes of `span` (default: the residuals themselves)."""
     pairs = [(r.residual, math.exp(-distance(q, r.regime)) + FLOOR) for r in residuals]
     mid = weighted_quantile(pairs, 0.5)
     stretch = inflation
-    reasons = out_of_regime(q, [r.regime for r in (residuals if span is None else span)])
+    if not isinstance(span, Span):
+        span = [r.regime for r in (residuals if span is None else span)]
+    reasons = out_of_regime(q, span)
     if reasons:
         stretch *= 1 + WIDEN
     low = mid + stretch * (weighted_quantile(pairs, LOW_Q) - mid)
@@ -88,10 +91,22 @@ def residual_range(q: Regime, residuals: tuple[Residual, ...] | list[Residual], 
     return low, high, reasons
 
 
+@functools.cache
+def _pool_span(kind: str) -> Span:
+    return span_of([r.regime for r in pool(kind)])
+
+
+@functools.lru_cache(maxsize=1024)
+def _log_range(q: Regime, kind: str, span_kind: str) -> tuple[float, float, tuple[str, ...]]:
+    """residual_range over a shipped pool, once per regime (a search's plans share most)."""
+    low, high, reasons = residual_range(q, pool(kind), _data()["inflation"][kind], _pool_span(span_kind))
+    return low, high, tuple(reasons)
+
+
 def throughput_band(q: Regime, tokens_per_s: float) -> Band:
     """The band of tokens/s per GPU (MFU and step time follow: `scaled`, `step_time_band`)."""
-    low, high, reasons = residual_range(q, pool("throughput"), _data()["inflation"]["throughput"])
-    return Band(tokens_per_s * math.exp(-high), tokens_per_s * math.exp(-low), tuple(reasons))
+    low, high, reasons = _log_range(q, "throughput", "throughput")
+    return Band(tokens_per_s * math.exp(-high), tokens_per_s * math.exp(-low), reasons)
 
 
 def step_time_band(throughput: Band, tokens_per_s: float, step_time_s: float) -> Band:
@@ -104,9 +119,8 @@ def memory_band(q: Regime, peak_bytes: float) -> Band:
     """The band of peak memory per GPU, from the runs that published their peak; out of regime
     where the throughput records end (the few memory records span less, and their model has no
     fitted constant to extrapolate)."""
-    low, high, reasons = residual_range(q, pool("memory"), _data()["inflation"]["memory"],
-                                        span=pool("throughput"))
-    return Band(peak_bytes * math.exp(-high), peak_bytes * math.exp(-low), tuple(reasons))
+    low, high, reasons = _log_range(q, "memory", "throughput")
+    return Band(peak_bytes * math.exp(-high), peak_bytes * math.exp(-low), reasons)
 
 
 def tie_gap() -> float:

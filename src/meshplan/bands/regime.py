@@ -66,21 +66,39 @@ def _label(name: str, value) -> str:
     return str(value)
 
 
-def out_of_regime(q: Regime, seen: list[Regime]) -> list[str]:
-    """Why `q` lies outside what the regimes `seen` span (empty when inside): a numeric feature
-    beyond the measured range, a category never measured, or a combination never measured."""
+@dataclass(frozen=True, slots=True)
+class Span:
+    """What a set of regimes covers: numeric ranges, categories and measured combinations."""
+
+    ranges: dict
+    categories: dict
+    combinations: dict
+
+
+def span_of(seen: list[Regime]) -> Span:
+    """The span of `seen` (computed once per residual pool)."""
+    ranges = {n: (min(getattr(r, n) for r in seen), max(getattr(r, n) for r in seen)) for n in RANGE_LABEL}
+    categories = {n: {getattr(r, n) for r in seen} for n in ("framework", "precision", "architecture", "moe")}
+    combinations = {(x, y): {(getattr(r, x), getattr(r, y)) for r in seen} for x, y in COMBINATIONS}
+    return Span(ranges, categories, combinations)
+
+
+def out_of_regime(q: Regime, seen: list[Regime] | Span) -> list[str]:
+    """Why `q` lies outside what the regimes `seen` (or their span) cover, empty when inside:
+    a numeric feature beyond the measured range, a category never measured, or a combination
+    never measured."""
+    span = seen if isinstance(seen, Span) else span_of(seen)
     reasons = []
     for name, label in RANGE_LABEL.items():
-        values = [getattr(r, name) for r in seen]
-        value, low, high = getattr(q, name), min(values), max(values)
+        value, (low, high) = getattr(q, name), span.ranges[name]
         if not low <= value <= high:
             reasons.append(f"{label} {value:,.0f} outside the calibrated {low:,.0f}-{high:,.0f}")
     for name in ("framework", "precision", "architecture"):
-        if getattr(q, name) not in {getattr(r, name) for r in seen}:
+        if getattr(q, name) not in span.categories[name]:
             reasons.append(f"no calibration record with {name} {getattr(q, name)}")
     for x, y in COMBINATIONS:
         pair = (getattr(q, x), getattr(q, y))
-        known = all(getattr(q, n) in {getattr(r, n) for r in seen} for n in (x, y))
-        if known and pair not in {(getattr(r, x), getattr(r, y)) for r in seen}:
+        known = pair[0] in span.categories[x] and pair[1] in span.categories[y]
+        if known and pair not in span.combinations[(x, y)]:
             reasons.append(f"no calibration record of {_label(x, pair[0])} with {_label(y, pair[1])}")
     return reasons
