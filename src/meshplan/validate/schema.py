@@ -46,6 +46,10 @@ class Training(BaseModel):
     recompute: Literal["none", "selective", "full"] | None = None
     precision: Literal["fp32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4"] | None = None
     moe_token_dispatch: Literal["dropless", "capacity", "forced_balance"] | None = None
+    attention: Literal["flash", "sdpa", "eager"] | None = None
+    """The attention kernel: flash (FlashAttention / cuDNN fused), sdpa (PyTorch's
+    scaled_dot_product_attention), eager (explicit score matmul, masked softmax and value matmul
+    through memory); null: the framework's default."""
 
 
 class Workload(BaseModel):
