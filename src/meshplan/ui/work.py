@@ -184,7 +184,7 @@ def serve_plan_inputs(body: dict):
                                 shared_prefix_len=r.shared_prefix_len)
     spec = load_model(r.model)
     clusters = [Cluster.build(g, 1) for g in r.gpus]
-    space = Space(engine=r.engine, quantize=not r.no_quantization, disaggregate=not r.no_disaggregation)
+    space = Space(engine=r.engine, quantize=r.quantization and not r.no_quantization, disaggregate=not r.no_disaggregation)
     return r, t, unit, rate, spec, clusters, space
 
 

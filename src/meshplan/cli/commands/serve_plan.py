@@ -87,7 +87,11 @@ def plan_cmd(
     trace: Path = typer.Option(None, "--trace", help="Plan for this trace's traffic instead."),
     trace_format: str = typer.Option(None, help="burstgpt, azure or mooncake."),
     on_error: str = typer.Option("stop", help="Malformed trace rows: stop or skip."),
-    no_quantization: bool = typer.Option(False, "--no-quantization", help="Keep bf16 weights and KV cache."),
+    quantization: bool = typer.Option(
+        False, "--quantization/--no-quantization",
+        help="Also try fp8 weights and KV cache (this changes the model's outputs) and show the best plan at "
+             "the model's own precision next to the best quantized one. Default: the model's own precision "
+             "(--no-quantization, kept for old scripts)."),
     no_disaggregation: bool = typer.Option(False, "--no-disaggregation", help="Only colocated replicas."),
     top: int = typer.Option(5, help="Plans to show."),
     workers: int = typer.Option(2, help="Processes simulating candidates in parallel."),
@@ -108,7 +112,7 @@ def plan_cmd(
                                 range_ratio=range_ratio, burstiness=burstiness, shared_prefix_len=shared_prefix_len)
     spec = load_model(model)
     clusters = [Cluster.build(g, 1) for g in gpu]  # hardware only; each plan is sized in the search
-    space = Space(engine=engine, quantize=not no_quantization, disaggregate=not no_disaggregation)
+    space = Space(engine=engine, quantize=quantization, disaggregate=not no_disaggregation)
     with progress("searching deployments", show_progress(quiet, json_out)):
         result = search(spec, clusters, unit, rate, t, max_gpus=max_gpus, objective=objective,
                         prices=_prices(price), space=space, top=top, workers=workers)

@@ -65,12 +65,23 @@ class Space:
     tps: tuple[int, ...] = (1, 2, 4, 8)
     pps: tuple[int, ...] = (1, 2, 4)
     budgets: tuple[int | None, ...] = (None, 2048)
-    quantize: bool = True
+    quantize: bool = False
+    """Also try fp8 weights and KV cache: quantization changes the model's outputs, so it is
+    opt-in; without it every plan keeps the model's own precision (NATIVE_DTYPES)."""
     disaggregate: bool = True
 
 
+NATIVE_DTYPES = ("bf16", "auto")
+"""(weights, KV cache) of the model as published: bf16 weights, KV in the activation dtype."""
+
+
+def quantized(c: "Candidate") -> bool:
+    """Whether a candidate changes the model's precision (weights or KV cache)."""
+    return (c.plan.weights_dtype, c.plan.kv_cache_dtype) != NATIVE_DTYPES
+
+
 def _dtypes(gpu: Cluster, quantize: bool) -> list[tuple[str, str]]:
-    out = [("bf16", "auto")]
+    out = [NATIVE_DTYPES]
     if quantize and "fp8" in gpu.gpu.dtypes:
         out += [("bf16", "fp8"), ("fp8", "fp8")]
     return out

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from meshplan.serving.search.run import SearchResult, deployment_plan
-from meshplan.serving.search.candidates import Candidate
+from meshplan.serving.search.candidates import Candidate, quantized
 
 NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
 
@@ -38,7 +38,7 @@ def cost_per_million(c: Candidate, price: float | None) -> float | None:
 def plan_dict(c: Candidate, r: SearchResult) -> dict:
     """One plan as JSON: the deployment, its capacity and its latencies at the target rate."""
     m = c.verified.metrics.to_dict() if c.verified else None
-    return {"gpu": c.gpu, "layout": layout(c), "replicas": c.replicas, "gpus": c.gpus,
+    return {"gpu": c.gpu, "layout": layout(c), "quantized": quantized(c), "replicas": c.replicas, "gpus": c.gpus,
             "plan": deployment_plan(c).model_dump(mode="json"),
             "capacity_requests_per_s": c.capacity.rate * c.replicas,
             "capacity_curve": [{"requests_per_s": rate * c.replicas, "slo_margins": m}
@@ -121,7 +121,23 @@ def why(r: SearchResult) -> str:
         b = r.ranked[1]
         text += (f" The runner-up ({layout(b)} on {b.gpu}) needs {b.gpus} GPUs and sustains "
                  f"{b.goodput_per_gpu():.2f} req/s per GPU.")
-    return text
+    return text + _precision_note(r)
+
+
+def _precision_note(r: SearchResult) -> str:
+    """With quantization allowed, the best plan at the model's own precision and the best
+    quantized one, side by side (quantization changes the model's outputs)."""
+    if not r.quantize:
+        return ""
+
+    def best(q: bool) -> str:
+        c = next((c for c in r.ranked if quantized(c) == q), None)
+        if c is None:
+            return "none meets the SLOs"
+        return f"{layout(c)} x{c.replicas} = {c.gpus} GPUs, {c.goodput_per_gpu():.2f} req/s per GPU"
+
+    return (f" Best at the model's own precision: {best(False)}; best quantized (changes the model's "
+            f"outputs): {best(True)}.")
 
 
 def render(r: SearchResult) -> Group:

@@ -13,7 +13,8 @@ from meshplan.model.spec import ModelSpec
 from meshplan.serving.search.bounds import replicas_needed
 from meshplan.serving.search.capacity import Targets, at_rate, margins
 from meshplan.serving.search.candidates import (
-    OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, disaggregated, job_args, score,
+    OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, disaggregated, job_args, quantized,
+    score,
 )
 from meshplan.serving.simulate import simulate
 from meshplan.serving.traffic.workload import Workload
@@ -34,6 +35,8 @@ class SearchResult:
     pruned: dict[str, int]
     wall_s: float
     max_gpus: int = 0
+    quantize: bool = False
+    """Whether quantized plans were allowed (then both precisions are shown)."""
 
 
 def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: float, t: Targets, *,
@@ -55,31 +58,50 @@ def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: floa
             cands += disaggregated(reps, rate, max_gpus, pruned)
     cands.sort(key=lambda c: best_case(c, rate, objective, prices.get(c.gpu)))
     done, sims = _evaluate(model, {c.gpu.name: c for c in clusters}, unit, rate, t, cands, objective,
-                           prices, top, workers, pruned)
+                           prices, top, workers, pruned, space.quantize)
     feasible = [c for c in done if c.capacity.rate > 0 and c.gpus <= max_gpus]
     feasible.sort(key=lambda c: score(c, objective, prices.get(c.gpu)))
-    verified = _verify(model, {c.gpu.name: c for c in clusters}, unit, rate, t, feasible[:top], max_gpus)
+    chosen = _shown(feasible, top, space.quantize)
+    verified = _verify(model, {c.gpu.name: c for c in clusters}, unit, rate, t, chosen, max_gpus)
     ranked = sorted((c for c in verified if _meets(c)), key=lambda c: score(c, objective, prices.get(c.gpu)))
     infeasible = sorted([c for c in done + hopeless if c not in ranked],
                         key=lambda c: max(c.capacity.margins.values(), default=9e9))[:top]
     return SearchResult(ranked=ranked, infeasible=infeasible, rate=rate, targets=t, objective=objective,
                         prices=prices, simulated=len(done), simulations=sims, pruned=dict(pruned),
-                        wall_s=time.perf_counter() - start, max_gpus=max_gpus)
+                        wall_s=time.perf_counter() - start, max_gpus=max_gpus,
+                        quantize=space.quantize)
 
 
-def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, workers, pruned):
+def _shown(feasible: list[Candidate], top: int, quantize: bool) -> list[Candidate]:
+    """The best `top` plans; with quantization allowed, also the best plan at the model's own
+    precision and the best quantized one when neither is among them (both are always shown)."""
+    chosen = feasible[:top]
+    if quantize:
+        for wanted in (False, True):
+            if not any(quantized(c) == wanted for c in chosen):
+                chosen += [c for c in feasible if quantized(c) == wanted][:1]
+    return chosen
+
+
+def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, workers, pruned, by_precision=False):
     """Capacity of candidates in best-case order, `workers` at a time, skipping those whose
-    best case cannot enter the current top `top`."""
+    best case cannot enter the current top `top` (of their own precision class with
+    `by_precision`: the model's own dtypes and quantized ones are both shown)."""
     done, sims, i = [], 0, 0
+    group = quantized if by_precision else (lambda c: None)
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
         while i < len(cands):
-            ranked = sorted(score(c, objective, prices.get(c.gpu)) for c in done if c.capacity.rate > 0)
-            worst_kept = ranked[top - 1][0] if len(ranked) >= top else None
+            worst: dict = {}
+            for g in {group(c) for c in cands}:
+                ranked = sorted(score(c, objective, prices.get(c.gpu)) for c in done
+                                if c.capacity.rate > 0 and group(c) == g)
+                worst[g] = ranked[top - 1][0] if len(ranked) >= top else None
             batch = []
             while i < len(cands) and len(batch) < max(workers, 1):
                 c = cands[i]
                 i += 1
+                worst_kept = worst[group(c)]
                 if worst_kept is not None and best_case(c, rate, objective, prices.get(c.gpu)) > worst_kept:
                     pruned["bound: cannot beat the plans found"] += 1
                     continue
