@@ -74,6 +74,10 @@ def result_dict(r: SearchResult, model: str) -> dict:
     return {"model": model, "request_rate": r.rate, "slo": r.targets.label(), "objective": r.objective,
             "plans": [plan_dict(c, r) for c in r.ranked],
             "infeasible": [{"gpu": c.gpu, "layout": layout(c), "misses": misses(c)} for c in r.infeasible],
+            "smallest_beyond_max_gpus": None if r.smallest_beyond is None else {
+                "gpu": r.smallest_beyond.gpu, "layout": layout(r.smallest_beyond),
+                "replicas": r.smallest_beyond.replicas, "gpus": r.smallest_beyond.gpus,
+                "simulated": r.smallest_beyond.capacity is not None},
             "search": {"simulated_plans": r.simulated, "simulations": r.simulations,
                        "pruned": r.pruned, "pruned_total": sum(r.pruned.values()), "wall_s": r.wall_s}}
 
@@ -81,6 +85,15 @@ def result_dict(r: SearchResult, model: str) -> dict:
 def misses(c: Candidate) -> dict[str, float]:
     """SLOs missed at the lowest rate tried, as observed / objective - 1."""
     return {NAMES.get(k, k): v - 1 for k, v in c.capacity.margins.items() if v > 1}
+
+
+def beyond_hint(r: SearchResult) -> str:
+    """The smallest deployment beyond --max-gpus that could serve the rate, and how it was sized."""
+    c = r.smallest_beyond
+    basis = ("sized by its simulated capacity" if c.capacity is not None
+             else "an analytical lower bound, not simulated")
+    return (f"Beyond --max-gpus {r.max_gpus}, the smallest deployment that could serve it: {c.gpu} {layout(c)} "
+            f"x{c.replicas} = {c.gpus} GPUs ({basis}); rerun with --max-gpus {c.gpus} or more.")
 
 
 def table(r: SearchResult) -> Table:
@@ -161,6 +174,8 @@ def render(r: SearchResult) -> Group:
                 miss = ", ".join(f"{NAMES.get(k, k)} by {v - 1:+.0%}" for k, v in c.verified_margins.items() if v > 1)
                 note = f"misses {miss or 'an SLO'} at the target rate with {c.gpus} GPUs"
             parts.append(Text(f"  {c.gpu} {layout(c)}: {note}"))
+        if r.smallest_beyond is not None:
+            parts.append(Text(beyond_hint(r)))
     pruned = ", ".join(f"{n} {k}" for k, n in sorted(r.pruned.items()))
     parts.append(Text(f"simulated {r.simulated} plans ({r.simulations} simulations), pruned "
                       f"{sum(r.pruned.values())} analytically ({pruned}) in {r.wall_s:.1f} s", style="dim"))

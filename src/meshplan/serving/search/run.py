@@ -13,8 +13,8 @@ from meshplan.model.spec import ModelSpec
 from meshplan.serving.search.bounds import replicas_needed
 from meshplan.serving.search.capacity import Targets, at_rate, margins
 from meshplan.serving.search.candidates import (
-    OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, disaggregated, job_args, quantized,
-    score,
+    OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, deployment_plan, disaggregated, job_args,
+    quantized, score, whole_replicas,
 )
 from meshplan.serving.simulate import simulate
 from meshplan.serving.traffic.workload import Workload
@@ -37,6 +37,9 @@ class SearchResult:
     max_gpus: int = 0
     quantize: bool = False
     """Whether quantized plans were allowed (then both precisions are shown)."""
+    smallest_beyond: Candidate | None = None
+    """When no plan fits: the smallest deployment that could, beyond --max-gpus (its replicas
+    from its simulated capacity, or from the analytical bound when it was not simulated)."""
 
 
 def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: float, t: Targets, *,
@@ -51,8 +54,9 @@ def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: floa
     pruned: Counter[str] = Counter()
     cands: list[Candidate] = []
     hopeless: list[Candidate] = []
+    beyond: list[Candidate] = []
     for cluster in clusters:
-        reps = colocated(model, cluster, unit, t, space, rate, max_gpus, pruned, hopeless)
+        reps = colocated(model, cluster, unit, t, space, rate, max_gpus, pruned, hopeless, beyond)
         cands += reps
         if space.disaggregate:
             cands += disaggregated(reps, rate, max_gpus, pruned)
@@ -66,10 +70,12 @@ def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: floa
     ranked = sorted((c for c in verified if _meets(c)), key=lambda c: score(c, objective, prices.get(c.gpu)))
     infeasible = sorted([c for c in done + hopeless if c not in ranked],
                         key=lambda c: max(c.capacity.margins.values(), default=9e9))[:top]
+    over = [c for c in done if c.capacity.rate > 0 and c.gpus > max_gpus] + beyond
+    smallest = None if ranked else min(over, key=lambda c: (c.gpus, c.capacity is None), default=None)
     return SearchResult(ranked=ranked, infeasible=infeasible, rate=rate, targets=t, objective=objective,
                         prices=prices, simulated=len(done), simulations=sims, pruned=dict(pruned),
                         wall_s=time.perf_counter() - start, max_gpus=max_gpus,
-                        quantize=space.quantize)
+                        quantize=space.quantize, smallest_beyond=smallest)
 
 
 def _shown(feasible: list[Candidate], top: int, quantize: bool) -> list[Candidate]:
@@ -110,7 +116,7 @@ def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, wor
             results = list(pool.map(_job, jobs)) if pool else [_job(j) for j in jobs]
             for c, cap in zip(batch, results):
                 c.capacity, sims = cap, sims + cap.simulations
-                c.replicas = replicas_needed(rate, cap.rate)
+                c.replicas = whole_replicas(c, replicas_needed(rate, cap.rate))
                 done.append(c)
     finally:
         if pool:
@@ -120,16 +126,6 @@ def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, wor
 
 def _meets(c: Candidate) -> bool:
     return all(v <= 1 for v in c.verified_margins.values())
-
-
-def deployment_plan(c: Candidate):
-    """The whole deployment: the unit repeated `replicas` times (colocated replicas, or both
-    disaggregated pools scaled together)."""
-    if not c.disaggregated:
-        return c.plan.model_copy(update={"replicas": c.replicas})
-    d = c.plan.disaggregated
-    pools = d.model_copy(update={"prefill_gpus": d.prefill_gpus * c.replicas, "decode_gpus": d.decode_gpus * c.replicas})
-    return c.plan.model_copy(update={"disaggregated": pools})
 
 
 def _verify(model, clusters, unit, rate, t, cands, max_gpus) -> list[Candidate]:
@@ -143,8 +139,9 @@ def _verify(model, clusters, unit, rate, t, cands, max_gpus) -> list[Candidate]:
                            slo=t.slo())
             c.verified, c.verified_margins = res, margins(res.records, t)
             ok = all(v <= 1 for v in c.verified_margins.values())
-            if ok or (c.replicas + 1) * c.unit_gpus > max_gpus:
+            more = whole_replicas(c, c.replicas + 1)
+            if ok or more * c.unit_gpus > max_gpus:
                 break
-            c.replicas += 1
+            c.replicas = more
         out.append(c)
     return out
