@@ -190,12 +190,12 @@ def sweep_cmd(
 
 def _print_sweep(rows: list[dict]) -> None:
     t = Table(box=box.SIMPLE_HEAD, title="latency vs request rate")
-    cols = ("request_rate", "requests_per_s", "output_tokens_per_s", "ttft_ms_p50", "ttft_ms_p90",
+    cols = ("request_rate", "requests_per_s", "steady_requests_per_s", "output_tokens_per_s", "ttft_ms_p50", "ttft_ms_p90",
             "tpot_ms_p50", "tpot_ms_p90", "e2e_ms_p90")
     for c in cols:
         t.add_column(c.replace("_", " "), justify="right")
     for r in rows:
-        t.add_row(*(f"{r[c]:,.1f}" for c in cols))
+        t.add_row(*("-" if r[c] is None else f"{r[c]:,.1f}" for c in cols))
     console.print(t)
 
 

@@ -8,6 +8,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from meshplan.serving.search.capacity import keeps_up
 from meshplan.serving.search.run import SearchResult, deployment_plan
 from meshplan.serving.search.candidates import Candidate, quantized
 
@@ -46,16 +47,19 @@ def plan_dict(c: Candidate, r: SearchResult) -> dict:
             "goodput_per_gpu": c.goodput_per_gpu(), "slo_margins": c.verified_margins or c.capacity.margins,
             "cost_per_million_output_tokens": cost_per_million(c, r.prices.get(c.gpu)), "metrics": m,
             "goodput_requests_per_s": m["goodput_requests_per_s"] if m else None,
-            "notes": drain_notes(c, r.rate)}
+            "steady_requests_per_s": m["steady_requests_per_s"] if m else None,
+            "steady_goodput_requests_per_s": m["steady_goodput_requests_per_s"] if m else None,
+            "keeps_up": keeps_up(c.verified) if c.verified else None, "notes": drain_notes(c, r.rate)}
 
 
 DRAIN_SHORTFALL = 0.97
-"""Completed req/s below this share of the arrival rate is reported as a draining run."""
+"""Completed req/s below this share of the arrival rate gets a note on the drain."""
 
 
 def drain_notes(c: Candidate, rate: float) -> list[str]:
-    """Why a finite run's `requests_per_s` sits below the target rate: it counts completions over
-    the whole run, which ends when the last request drains after arrivals stop."""
+    """Why a finite run's `requests_per_s` sits below the target rate: vLLM's definition counts
+    completions over the whole run, which ends when the last request drains after arrivals
+    stop; the steady figure over the arrival window says whether it kept up."""
     if c.verified is None:
         return []
     m = c.verified.metrics
@@ -63,10 +67,14 @@ def drain_notes(c: Candidate, rate: float) -> list[str]:
         return []
     arrivals = [rec.arrival_s for rec in c.verified.records]
     tail = m.duration_s - (max(arrivals) - min(arrivals))
+    steady = m.steady_requests_per_s
+    verdict = ("" if steady is None else
+               f"; over the arrival window it takes {steady:.2f} req/s into service (steady_requests_per_s), "
+               + ("so it keeps up" if keeps_up(c.verified) else "so a queue builds: it does not keep up"))
     return [f"requests_per_s {m.requests_per_s:.2f} is below the {rate:g} req/s arrival rate: it "
             f"counts the {m.completed} completions of a finite run over {m.duration_s:.1f} s, which "
             f"includes the {tail:.1f} s the last requests take to drain after the final arrival "
-            f"(and the sampled arrivals' own spread)"]
+            f"(and the sampled arrivals' own spread){verdict}"]
 
 
 def result_dict(r: SearchResult, model: str) -> dict:
@@ -173,6 +181,9 @@ def render(r: SearchResult) -> Group:
             else:
                 miss = ", ".join(f"{NAMES.get(k, k)} by {v - 1:+.0%}" for k, v in c.verified_margins.items() if v > 1)
                 note = f"misses {miss or 'an SLO'} at the target rate with {c.gpus} GPUs"
+                if not miss and c.verified is not None and keeps_up(c.verified) is False:
+                    note = (f"falls behind the target rate with {c.gpus} GPUs: "
+                            f"{c.verified.metrics.steady_requests_per_s:.2f} req/s over the arrival window")
             parts.append(Text(f"  {c.gpu} {layout(c)}: {note}"))
         if r.smallest_beyond is not None:
             parts.append(Text(beyond_hint(r)))

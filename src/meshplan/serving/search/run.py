@@ -11,7 +11,7 @@ from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.serving.search.bounds import replicas_needed
-from meshplan.serving.search.capacity import Targets, at_rate, margins
+from meshplan.serving.search.capacity import Targets, at_rate, keeps_up, margins
 from meshplan.serving.search.candidates import (
     OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, deployment_plan, disaggregated, job_args,
     quantized, score, whole_replicas,
@@ -125,7 +125,9 @@ def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, wor
 
 
 def _meets(c: Candidate) -> bool:
-    return all(v <= 1 for v in c.verified_margins.values())
+    """Verified at the target rate: every SLO met, and the run kept up with the arrivals
+    (judged over the arrival window: the drain after the last arrival does not count)."""
+    return all(v <= 1 for v in c.verified_margins.values()) and keeps_up(c.verified) is not False
 
 
 def _verify(model, clusters, unit, rate, t, cands, max_gpus) -> list[Candidate]:
@@ -138,7 +140,7 @@ def _verify(model, clusters, unit, rate, t, cands, max_gpus) -> list[Candidate]:
             res = simulate(model, _sized(clusters[c.gpu], plan.num_gpus), plan, at_rate(unit, rate),
                            slo=t.slo())
             c.verified, c.verified_margins = res, margins(res.records, t)
-            ok = all(v <= 1 for v in c.verified_margins.values())
+            ok = _meets(c)
             more = whole_replicas(c, c.replicas + 1)
             if ok or more * c.unit_gpus > max_gpus:
                 break
