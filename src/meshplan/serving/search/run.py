@@ -92,23 +92,26 @@ def _shown(feasible: list[Candidate], top: int, quantize: bool) -> list[Candidat
 def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, workers, pruned, by_precision=False):
     """Capacity of candidates in best-case order, `workers` at a time, skipping those whose
     best case cannot enter the current top `top` (of their own precision class with
-    `by_precision`: the model's own dtypes and quantized ones are both shown)."""
+    `by_precision`: or cannot beat the best plan found of their own precision, so the best at
+    the model's own dtypes and the best quantized one are both found)."""
     done, sims, i = [], 0, 0
     group = quantized if by_precision else (lambda c: None)
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
         while i < len(cands):
-            worst: dict = {}
-            for g in {group(c) for c in cands}:
-                ranked = sorted(score(c, objective, prices.get(c.gpu)) for c in done
-                                if c.capacity.rate > 0 and group(c) == g)
-                worst[g] = ranked[top - 1][0] if len(ranked) >= top else None
+            found = [(score(c, objective, prices.get(c.gpu))[0], group(c)) for c in done if c.capacity.rate > 0]
+            ranked = sorted(v for v, _ in found)
+            worst_kept = ranked[top - 1] if len(ranked) >= top else None
+            best_of = {g: min(v for v, h in found if h == g) for _, g in found}
             batch = []
             while i < len(cands) and len(batch) < max(workers, 1):
                 c = cands[i]
                 i += 1
-                worst_kept = worst[group(c)]
-                if worst_kept is not None and best_case(c, rate, objective, prices.get(c.gpu)) > worst_kept:
+                bound = best_case(c, rate, objective, prices.get(c.gpu))
+                beaten = worst_kept is not None and bound > worst_kept
+                if beaten and by_precision:
+                    beaten = group(c) in best_of and bound > best_of[group(c)]
+                if beaten:
                     pruned["bound: cannot beat the plans found"] += 1
                     continue
                 batch.append(c)
