@@ -226,7 +226,7 @@ def test_serve_sweep_curve_and_slo_lines():
 
 
 def test_serve_plan_capacities_and_latencies_come_from_the_candidates():
-    cand = Candidate(gpu="h100-sxm-80gb", plan=ServingPlan(), unit_gpus=1, bound_rate=9.0, replicas=2,
+    cand = Candidate(gpu="h100-sxm-80gb", plan=ServingPlan(), unit_gpus=1, bound_rate=9.0, replicas=2, gpus_per_node=8,
                      capacity=Capacity(rate=5.0, margins={"ttft": 0.8, "tpot": 0.5}, result=None, simulations=4),
                      verified_margins={"ttft": 0.3, "tpot": 0.2})
     result = ServingSearch(ranked=[cand], infeasible=[], rate=8.0, targets=Targets(ttft_ms=200.0, tpot_ms=50.0),
@@ -242,7 +242,7 @@ def test_serve_plan_curve_runs_through_every_probed_rate():
     probes = ((0.5, {"ttft": 0.1, "tpot": 0.2}), (5.0, {"ttft": 0.8, "tpot": 0.5}),
               (7.0, {"ttft": 1.4, "tpot": 0.9}))
     cap = Capacity(rate=5.0, margins={"ttft": 0.8, "tpot": 0.5}, result=None, simulations=4, probes=probes)
-    cand = Candidate(gpu="h100-sxm-80gb", plan=ServingPlan(), unit_gpus=1, bound_rate=9.0, replicas=2,
+    cand = Candidate(gpu="h100-sxm-80gb", plan=ServingPlan(), unit_gpus=1, bound_rate=9.0, replicas=2, gpus_per_node=8,
                      capacity=cap, verified_margins={"ttft": 0.3, "tpot": 0.2})
     result = ServingSearch(ranked=[cand], infeasible=[], rate=8.0, targets=Targets(ttft_ms=200.0, tpot_ms=50.0),
                            objective="min-gpus", prices={}, simulated=1, simulations=4, pruned={}, wall_s=0.1)

@@ -61,7 +61,8 @@ def test_human_output_prints_the_metric_tables():
     assert result.exit_code == 0, result.output
     out = result.stdout
     for text in ("Serving latency", "TTFT (ms)", "TPOT (ms)", "ITL (ms)", "E2E (ms)", "P99",
-                 "Serving throughput", "Successful requests", "Request throughput (req/s)",
+                 "Serving throughput", "Successful requests", "Request throughput, incl. drain (req/s)",
+                 "Request throughput, steady (req/s)",
                  "Output token throughput (tok/s)", "workload: synthetic: 200 requests"):
         assert text in out, text
     assert "simulated" in out and "iterations" in out

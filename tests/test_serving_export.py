@@ -33,8 +33,11 @@ VLLM_FLAGS = {
     "--kv-cache-dtype", "--block-size", "--gpu-memory-utilization", "--enable-prefix-caching",
     "--no-enable-prefix-caching", "--max-num-batched-tokens", "--max-num-seqs",
     "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--speculative-config",
-    "--kv-transfer-config", "--enforce-eager",
+    "--kv-transfer-config", "--enforce-eager", "--distributed-executor-backend",
 }
+# `ray start` (ray-project/ray python/ray/scripts/scripts.py: --head, --port, --address, --block),
+# as vLLM's multi-node docs (docs/serving/parallelism_scaling.md, v0.11) start the cluster.
+RAY_START_FLAGS = {"--head", "--port", "--address", "--block"}
 # tests/v1/kv_connector/nixl_integration/toy_proxy_server.py, as used in
 # docs/features/nixl_connector_usage.md (vLLM v0.11 docs).
 VLLM_PROXY_FLAGS = {"--port", "--prefiller-hosts", "--prefiller-ports", "--decoder-hosts",
@@ -56,7 +59,7 @@ SGLANG_FLAGS = {
     "--max-prefill-tokens", "--page-size", "--disable-radix-cache", "--speculative-algorithm",
     "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
     "--speculative-num-draft-tokens", "--disaggregation-mode", "--disaggregation-transfer-backend",
-    "--disaggregation-bootstrap-port", "--disable-cuda-graph",
+    "--disaggregation-bootstrap-port", "--disable-cuda-graph", "--nnodes", "--node-rank", "--dist-init-addr",
 }
 # sgl-router/py_src/sglang_router/router_args.py @ 083d601378d0baaef6191e7f2d40fb70d06518af.
 SGLANG_ROUTER_FLAGS = {"--worker-urls", "--policy", "--pd-disaggregation", "--prefill",
@@ -94,7 +97,11 @@ CASES = {
     "sglang_spec_decode": ("sglang", LLAMA_8B, dict(engine="sglang", speculative_tokens=4,
                                                      acceptance_rate=0.75, chunked_prefill=False)),
 }
-KNOWN = {"vllm": VLLM_FLAGS | VLLM_PROXY_FLAGS, "sglang": SGLANG_FLAGS | SGLANG_ROUTER_FLAGS}
+KNOWN = {"vllm": VLLM_FLAGS | VLLM_PROXY_FLAGS | RAY_START_FLAGS, "sglang": SGLANG_FLAGS | SGLANG_ROUTER_FLAGS}
+MULTI_HOST = {"replicas-on-two-hosts": dict(tp=2, replicas=8),
+              "engine-over-two-hosts": dict(tp=8, pp=2),
+              "disaggregated-on-two-hosts": dict(disaggregated=Disaggregation(prefill_gpus=4, decode_gpus=12,
+                                                                             prefill_tp=2, decode_tp=4))}
 
 
 def build(name: str, **overrides) -> tuple[str, str, ServingPlan]:
@@ -149,6 +156,17 @@ def test_every_flag_is_real(name: str) -> None:
     for words in servers(target, text):
         used = [w for w in words if w.startswith("--")]
         assert len(used) == len(set(used)), f"a flag is repeated in {words}"
+
+
+@pytest.mark.parametrize("target", sorted(SERVING_EXPORTERS))
+@pytest.mark.parametrize("name", sorted(MULTI_HOST))
+def test_multi_host_flags_are_real_and_scripts_valid_bash(target: str, name: str) -> None:
+    text = export_serving(target, LLAMA_70B, ServingPlan(engine=target, **MULTI_HOST[name]), gpus_per_node=8)
+    flags = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9_-]*)", text))
+    assert flags <= KNOWN[target], flags - KNOWN[target]
+    assert 'if [ "$NODE_RANK" = 1 ]; then' in text
+    if shutil.which("bash"):
+        subprocess.run(["bash", "-n"], input=text, text=True, check=True)
 
 
 @pytest.mark.parametrize("target", sorted(SERVING_EXPORTERS))

@@ -72,7 +72,7 @@ def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload
                          *, ttft_ms: float | None = None, tpot_ms: float | None = None,
                          e2e_ms: float | None = None, percentile: float = 90.0, max_gpus: int = 8,
                          objective: str = "min-gpus", prices: dict[str, float] | None = None,
-                         engine: str = "vllm", quantize: bool = True, disaggregate: bool = True,
+                         engine: str = "vllm", quantize: bool = False, disaggregate: bool = True,
                          top: int = 5, workers: int = 2, site=None):
     """Find the deployments that serve `request_rate` within latency SLOs, as `meshplan serve plan`
     does (a serving `SearchResult`: `ranked` candidates best first, each with `gpu`, `plan`,
@@ -89,7 +89,8 @@ def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload
     objective: "min-gpus", "max-goodput-per-gpu" or "min-cost" (needs `prices`).
     prices: USD per GPU-hour by GPU name.
     engine: the engine whose scheduler and defaults are simulated ("vllm", "sglang", ...).
-    quantize: also try fp8 weights and KV cache where the GPU has fp8.
+    quantize: also try fp8 weights and KV cache where the GPU has fp8 (changes the model's
+    outputs, so off by default: plans keep the model's own bf16 weights and KV cache).
     disaggregate: also try prefill/decode disaggregation.
     workers: processes simulating candidates in parallel (1: in this process).
     site: a site profile (name, file or `SiteProfile`) to apply; None: the packaged model alone.

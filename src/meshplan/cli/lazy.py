@@ -121,7 +121,7 @@ SUBCOMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
                                "SLOs."),
         "sweep": ("serve_plan", "Latency and throughput over request rates: the latency-throughput "
                                 "curve of one deployment."),
-        "export": ("serve_plan", "Print the launch commands of a plan for vLLM or SGLang."),
+        "export": ("serve_plan", "Print the launch commands of a plan for vLLM or SGLang, one block per host."),
     }),
 }
 """Group -> (its typer app's name in `meshplan.cli.commands.<group>`, sub-command -> (the module that

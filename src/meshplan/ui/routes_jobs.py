@@ -214,7 +214,10 @@ def _export_serving(result: dict, entry: dict, target: str) -> tuple[str, list[s
         plan = ServingPlan(**entry["plan"])
     except ValueError as exc:
         raise MeshplanError(str(exc).splitlines()[0]) from None
-    return export_serving(target, hub_repo(result["model"]), plan), []
+    from meshplan.cli.commands.serve_files import gpus_per_node
+
+    gpu = entry.get("gpu") if isinstance(entry.get("gpu"), str) else None
+    return export_serving(target, hub_repo(result["model"]), plan, gpus_per_node=gpus_per_node(gpu, None)), []
 
 
 def _attachment(name: str) -> dict[str, str]:

@@ -185,8 +185,10 @@ class ServePlanRequest(SLOFields):
     """Tokens of a shared system prompt."""
     num_requests: int = Field(800, ge=1)
     """Requests per simulation."""
+    quantization: bool = False
+    """Also try fp8 weights and KV cache (changes the model's outputs); default: its own precision."""
     no_quantization: bool = False
-    """Keep bf16 weights and KV cache."""
+    """Deprecated: the model's own precision is the default (kept so old requests still validate)."""
     no_disaggregation: bool = False
     """Only colocated replicas."""
     top: int = Field(5, ge=1, le=100)

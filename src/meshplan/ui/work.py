@@ -170,7 +170,8 @@ def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
 def serve_plan_inputs(body: dict):
     """The checked inputs of a serving plan search: (request, targets, unit workload, rate, model,
     clusters, search space)."""
-    from meshplan.cli.commands.serve_plan import _targets, _unit_workload
+    from meshplan.cli.commands.serve import unit_workload
+    from meshplan.cli.commands.serve_plan import _targets
     from meshplan.hardware import Cluster
     from meshplan.model import load_model
     from meshplan.serving.search.candidates import Space
@@ -178,13 +179,13 @@ def serve_plan_inputs(body: dict):
 
     r = ServePlanRequest(**body)
     t = _targets(r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms, r.slo_percentile)
-    unit, rate = _unit_workload(None, None, "stop", r.seed, r.request_rate, num_requests=r.num_requests,
+    unit, rate = unit_workload(None, None, "stop", r.seed, r.request_rate, num_requests=r.num_requests,
                                 dataset=r.dataset, input_len=r.input_len, output_len=r.output_len,
                                 range_ratio=r.range_ratio, burstiness=r.burstiness,
                                 shared_prefix_len=r.shared_prefix_len)
     spec = load_model(r.model)
     clusters = [Cluster.build(g, 1) for g in r.gpus]
-    space = Space(engine=r.engine, quantize=not r.no_quantization, disaggregate=not r.no_disaggregation)
+    space = Space(engine=r.engine, quantize=r.quantization and not r.no_quantization, disaggregate=not r.no_disaggregation)
     return r, t, unit, rate, spec, clusters, space
 
 

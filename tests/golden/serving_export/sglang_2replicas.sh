@@ -4,8 +4,7 @@
 # Model: meta-llama/Llama-3.1-8B-Instruct
 # Plan: 2 replicas x 2 GPUs (tp=2, pp=1, dp=1, ep=1) = 4 GPUs; weights bf16, KV cache auto, router prefix-affinity
 # Knobs set by the plan: none; the rest keep the engine's defaults.
-# CUDA_VISIBLE_DEVICES assumes all 4 GPUs sit on one host; across hosts, run each command on its
-# own host with its GPUs renumbered from 0, and give the router or proxy the hosts' addresses.
+# All 4 GPUs sit on one host (CUDA_VISIBLE_DEVICES numbers them from 0); a deployment wider than a host takes whole hosts.
 set -euo pipefail
 trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # stop the servers with the script
 

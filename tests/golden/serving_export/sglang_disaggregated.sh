@@ -4,8 +4,7 @@
 # Model: meta-llama/Llama-3.1-70B-Instruct
 # Plan: disaggregated: prefill 4 GPUs as 1 x tp=4, decode 4 GPUs as 2 x tp=2 (pp=1, dp=1, ep=1) = 8 GPUs; weights bf16, KV cache auto, router least-outstanding
 # Knobs set by the plan: none; the rest keep the engine's defaults.
-# CUDA_VISIBLE_DEVICES assumes all 8 GPUs sit on one host; across hosts, run each command on its
-# own host with its GPUs renumbered from 0, and give the router or proxy the hosts' addresses.
+# All 8 GPUs sit on one host (CUDA_VISIBLE_DEVICES numbers them from 0); a deployment wider than a host takes whole hosts.
 # KV transfer backend mooncake (SGLang's default) needs pip install mooncake-transfer-engine and RDMA;
 # --disaggregation-transfer-backend nixl is the alternative.
 set -euo pipefail

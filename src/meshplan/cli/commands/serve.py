@@ -12,10 +12,12 @@ from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import (QUIET, console, finish, print_json, progress, show_progress,
                                  user_errors, with_site)
+from meshplan.cli.commands.serve_files import PlanEntry, read_plan_entry
 from meshplan.cli.lazy import new_app
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
 from meshplan.serving.cost.lora import lora_slots
+from meshplan.serving.engine.placement import check_placement
 from meshplan.serving.metrics.summary import SLO
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import SimulationResult, simulate
@@ -81,6 +83,22 @@ def build_workload(trace: Path | None, trace_format: str | None, on_error: str, 
     return synthesize(WorkloadSpec(**spec), seed=seed)
 
 
+def unit_workload(trace, trace_format, on_error, seed, rate, **spec):
+    """Requests at 1 req/s on average (plan search compresses them to any rate), and the target
+    rate (the trace's own mean rate unless --request-rate is given)."""
+    from meshplan.serving.search.capacity import at_rate
+
+    if trace is not None:
+        w = build_workload(trace, trace_format, on_error, 1.0, seed, num_requests=spec.get("num_requests"))
+        span = w.requests[-1].arrival_s - w.requests[0].arrival_s
+        native = (len(w) - 1) / span if span > 0 else 1.0
+        return at_rate(w, 1.0 / native), rate or native  # stretched to 1 req/s on average
+    if rate is None:
+        raise ConfigError("give --request-rate (requests/s to serve) or a --trace")
+    arrival = "gamma" if spec.get("burstiness") not in (None, 1.0) else "poisson"
+    return build_workload(None, None, on_error, 1.0, seed, arrival=arrival, request_rate=1.0, **spec), rate
+
+
 def _arrival(offline: bool, request_rate: float | None, concurrency: int | None, burstiness: float | None) -> str:
     chosen = [name for name, on in (("--offline", offline), ("--request-rate", request_rate is not None),
                                     ("--concurrency", concurrency is not None)) if on]
@@ -102,8 +120,14 @@ def _run(model, cluster, plan, workload, slo, shown: bool) -> SimulationResult:
 @user_errors
 @with_site
 def simulate_cmd(
-    model: str = typer.Option(..., "--model", help="Catalog name, config.json path or hf:ORG/NAME."),
-    gpu: str = opt.GPU,
+    model: str = typer.Option(None, "--model", help="Catalog name, config.json path or hf:ORG/NAME "
+                              "(required unless --plan names it)."),
+    gpu: str = typer.Option(None, "--gpu", help="GPU catalog name, e.g. h100-sxm-80gb (see `meshplan gpus "
+                            "list`; required unless --plan names it)."),
+    plan_file: Path = typer.Option(None, "--plan", help="Simulate this plan: `serve plan --json` output (with "
+                                   "its model, GPU, workload, rate and SLOs unless given here) or a plan file "
+                                   "(YAML/JSON with `model` and ServingPlan fields); the plan flags then stay unset."),
+    plan_index: int = typer.Option(1, "--plan-index", help="Which plan of a `serve plan --json` file (1: the best)."),
     num_gpus: int = typer.Option(None, "--num-gpus", help="GPUs available (default: what the plan uses)."),
     gpus_per_node: int = opt.GPUS_PER_NODE, inter_node_gbps_per_gpu: float = opt.INTER_NODE_GBPS,
     engine: str = typer.Option("vllm", help=_help("engine")),
@@ -138,7 +162,7 @@ def simulate_cmd(
     decode_tp: int = typer.Option(None, help="Disaggregated: TP of each decode instance."),
     pool: str = typer.Option("both", help="both, or one pool of a disaggregated deployment alone: prefill "
                              "(requests end with their first token) or decode (prompts' KV already present)."),
-    dataset: str = typer.Option("random", help="Lengths: fixed, random, sharegpt, normal, lognormal."),
+    dataset: str = typer.Option(None, help="Lengths: fixed, random, sharegpt, normal, lognormal (default random)."),
     input_len: int = typer.Option(None, help="Prompt tokens (fixed value, random centre, or mean)."),
     output_len: int = typer.Option(None, help="Output tokens (fixed value, random centre, or mean)."),
     range_ratio: float = typer.Option(None, help="random: lengths uniform in [L(1-r), L(1+r)]."),
@@ -159,7 +183,7 @@ def simulate_cmd(
     slo_e2e_ms: float = typer.Option(None, help="Goodput SLO on end-to-end latency, ms."),
     slo_percentile: float = typer.Option(90.0, help="Share of requests (%) that must meet the SLOs "
                                          "for the run to pass (exit 0; else 1)."),
-    seed: int = typer.Option(0, help="Random seed of the synthetic workload."),
+    seed: int = typer.Option(None, help="Random seed of the synthetic workload (default 0)."),
     json_out: bool = typer.Option(False, "--json", help="Print metrics and simulation stats as JSON."),
     requests_csv: Path = typer.Option(None, help="Write one CSV row per request here."),
     trace_out: Path = typer.Option(None, help="Write a Chrome/Perfetto trace of the iterations here."),
@@ -180,15 +204,32 @@ def simulate_cmd(
         kv_cpu_bytes=None if kv_cpu_gib is None else kv_cpu_gib * 2**30, kv_hit_rate=kv_hit_rate,
         prefill_gpus=prefill_gpus, decode_gpus=decode_gpus, prefill_tp=prefill_tp, decode_tp=decode_tp,
         pool=pool)
+    flags = dict(trace=trace, request_rate=request_rate, burstiness=burstiness, concurrency=concurrency,
+                 num_requests=num_requests, dataset=dataset, input_len=input_len, output_len=output_len,
+                 range_ratio=range_ratio, shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes,
+                 turns=turns, seed=seed, offline=offline or None)
+    entry = None
+    if plan_file is not None:
+        entry, plan = _from_plan_file(plan_file, plan_index, plan)
+        model, gpu = model or entry.model, gpu or entry.gpu
+    if model is None or gpu is None:
+        raise ConfigError(f"give {'--model' if model is None else '--gpu'} (or a --plan file that names it)")
     spec_model = load_model(model)
     cluster = opt.build_cluster(gpu, num_gpus or plan.num_gpus, gpus_per_node, None, inter_node_gbps_per_gpu, None)
-    workload = build_workload(
-        trace, trace_format, on_error, time_scale, seed,
-        arrival=_arrival(offline, request_rate, concurrency, burstiness), request_rate=request_rate,
-        burstiness=burstiness, concurrency=concurrency, num_requests=num_requests, dataset=dataset,
-        input_len=input_len, output_len=output_len, range_ratio=range_ratio,
-        shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns,
-        lora_popularity=lora_popularity, lora_zipf_exponent=lora_zipf_exponent)
+    check_placement(plan, cluster.gpus_per_node)
+    if entry is not None and entry.workload and entry.request_rate and all(v is None for v in flags.values()):
+        workload = _planned_workload(entry)  # the very requests `serve plan` verified the plan with
+    else:
+        workload = build_workload(
+            trace, trace_format, on_error, time_scale, 0 if seed is None else seed,
+            arrival=_arrival(offline, request_rate, concurrency, burstiness), request_rate=request_rate,
+            burstiness=burstiness, concurrency=concurrency, num_requests=num_requests, dataset=dataset or "random",
+            input_len=input_len, output_len=output_len, range_ratio=range_ratio,
+            shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns,
+            lora_popularity=lora_popularity, lora_zipf_exponent=lora_zipf_exponent)
+    if entry is not None and entry.slo and all(v is None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)):
+        slo_ttft_ms, slo_tpot_ms, slo_e2e_ms = (entry.slo.get(k) for k in ("ttft_ms", "tpot_ms", "e2e_ms"))
+        slo_percentile = entry.slo.get("percentile", slo_percentile)
     slo = _slo(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
     result = _run(spec_model, cluster, plan, workload, slo,
                   shown=show_progress(quiet, json_out) and len(workload.requests) >= 5000)
@@ -208,6 +249,27 @@ def simulate_cmd(
 
     html_option.write(html, page)
     finish(verdict is None or verdict["met"])
+
+
+def _from_plan_file(path: Path, index: int, flagged: ServingPlan) -> tuple[PlanEntry, ServingPlan]:
+    """The plan of a --plan file; plan flags given as well would be silently lost, so they are refused."""
+    entry = read_plan_entry(path, index)
+    default = ServingPlan()
+    given = [f"--{k.replace('_', '-')}" for k in ServingPlan.model_fields if getattr(flagged, k) != getattr(default, k)]
+    if given:
+        raise ConfigError(f"--plan {path} gives the deployment; drop {', '.join(given)} (or drop --plan)")
+    return entry, entry.plan
+
+
+def _planned_workload(entry: PlanEntry) -> Workload:
+    """The workload `serve plan` simulated: its unit requests (1 req/s) compressed to its rate."""
+    from meshplan.serving.search.capacity import at_rate
+
+    w = dict(entry.workload)
+    trace = w.pop("trace", None)
+    fmt, on_error, seed = w.pop("trace_format", None), w.pop("on_error", "stop"), w.pop("seed", 0)
+    unit, rate = unit_workload(None if trace is None else Path(trace), fmt, on_error, seed, entry.request_rate, **w)
+    return at_rate(unit, rate)
 
 
 def slo_verdict(result: SimulationResult, slo: SLO | None, percentile: float) -> dict | None:

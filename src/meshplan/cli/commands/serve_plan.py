@@ -23,14 +23,14 @@ from meshplan.cli.common import (
     user_errors,
     with_site,
 )
-from meshplan.cli.commands.serve import build_serving_plan, build_workload, serve_app
+from meshplan.cli.commands.serve import build_serving_plan, build_workload, serve_app, unit_workload
+from meshplan.cli.commands.serve_files import read_plan_entry
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
-from meshplan.serving.search.capacity import Targets, at_rate
+from meshplan.serving.search.capacity import Targets
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.search.candidates import Space
-from meshplan.userfiles import parse_yaml, read_text
 
 
 def _targets(ttft, tpot, e2e, percentile) -> Targets:
@@ -46,20 +46,6 @@ def _prices(items: list[str]) -> dict[str, float]:
         except ValueError:
             raise ConfigError(f"--price {item!r}: expected GPU=USD_PER_GPU_HOUR, e.g. h100-sxm-80gb=2.5") from None
     return out
-
-
-def _unit_workload(trace, trace_format, on_error, seed, rate, **spec):
-    """Requests at 1 req/s on average (plan search compresses them to any rate), and the target
-    rate (the trace's own mean rate unless --request-rate is given)."""
-    if trace is not None:
-        w = build_workload(trace, trace_format, on_error, 1.0, seed, num_requests=spec.get("num_requests"))
-        span = w.requests[-1].arrival_s - w.requests[0].arrival_s
-        native = (len(w) - 1) / span if span > 0 else 1.0
-        return at_rate(w, 1.0 / native), rate or native  # stretched to 1 req/s on average
-    if rate is None:
-        raise ConfigError("give --request-rate (requests/s to serve) or a --trace")
-    arrival = "gamma" if spec.get("burstiness") not in (None, 1.0) else "poisson"
-    return build_workload(None, None, on_error, 1.0, seed, arrival=arrival, request_rate=1.0, **spec), rate
 
 
 @serve_app.command("plan")
@@ -87,7 +73,11 @@ def plan_cmd(
     trace: Path = typer.Option(None, "--trace", help="Plan for this trace's traffic instead."),
     trace_format: str = typer.Option(None, help="burstgpt, azure or mooncake."),
     on_error: str = typer.Option("stop", help="Malformed trace rows: stop or skip."),
-    no_quantization: bool = typer.Option(False, "--no-quantization", help="Keep bf16 weights and KV cache."),
+    quantization: bool = typer.Option(
+        False, "--quantization/--no-quantization",
+        help="Also try fp8 weights and KV cache (this changes the model's outputs) and show the best plan at "
+             "the model's own precision next to the best quantized one. Default: the model's own precision "
+             "(--no-quantization, kept for old scripts)."),
     no_disaggregation: bool = typer.Option(False, "--no-disaggregation", help="Only colocated replicas."),
     top: int = typer.Option(5, help="Plans to show."),
     workers: int = typer.Option(2, help="Processes simulating candidates in parallel."),
@@ -103,17 +93,22 @@ def plan_cmd(
     from meshplan.serving.search.run import search
 
     t = _targets(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
-    unit, rate = _unit_workload(trace, trace_format, on_error, seed, request_rate, num_requests=num_requests,
+    unit, rate = unit_workload(trace, trace_format, on_error, seed, request_rate, num_requests=num_requests,
                                 dataset=dataset, input_len=input_len, output_len=output_len,
                                 range_ratio=range_ratio, burstiness=burstiness, shared_prefix_len=shared_prefix_len)
     spec = load_model(model)
     clusters = [Cluster.build(g, 1) for g in gpu]  # hardware only; each plan is sized in the search
-    space = Space(engine=engine, quantize=not no_quantization, disaggregate=not no_disaggregation)
+    space = Space(engine=engine, quantize=quantization, disaggregate=not no_disaggregation)
     with progress("searching deployments", show_progress(quiet, json_out)):
         result = search(spec, clusters, unit, rate, t, max_gpus=max_gpus, objective=objective,
                         prices=_prices(price), space=space, top=top, workers=workers)
     if json_out:
-        print_json(result_dict(result, model))
+        workload = {"dataset": dataset, "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,
+                    "burstiness": burstiness, "shared_prefix_len": shared_prefix_len, "num_requests": num_requests,
+                    "seed": seed, "trace": None if trace is None else str(trace), "trace_format": trace_format,
+                    "on_error": on_error}
+        slo_ms = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms, "percentile": slo_percentile}
+        print_json({**result_dict(result, model), "workload": workload, "slo_ms": slo_ms})
     else:
         console.print(render(result))
 
@@ -171,7 +166,7 @@ def sweep_cmd(
                               kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens, prefill_gpus=None,
                               decode_gpus=None, prefill_tp=None, decode_tp=None)
-    unit, _ = _unit_workload(None, None, "stop", seed, 1.0, num_requests=num_requests, dataset=dataset,
+    unit, _ = unit_workload(None, None, "stop", seed, 1.0, num_requests=num_requests, dataset=dataset,
                              input_len=input_len, output_len=output_len, burstiness=burstiness)
     load_model(model), Cluster.build(gpu, plan.num_gpus)  # bad names fail here, before any worker
     with progress("sweeping rates", show_progress(quiet)) as update:
@@ -195,12 +190,12 @@ def sweep_cmd(
 
 def _print_sweep(rows: list[dict]) -> None:
     t = Table(box=box.SIMPLE_HEAD, title="latency vs request rate")
-    cols = ("request_rate", "requests_per_s", "output_tokens_per_s", "ttft_ms_p50", "ttft_ms_p90",
+    cols = ("request_rate", "requests_per_s", "steady_requests_per_s", "output_tokens_per_s", "ttft_ms_p50", "ttft_ms_p90",
             "tpot_ms_p50", "tpot_ms_p90", "e2e_ms_p90")
     for c in cols:
         t.add_column(c.replace("_", " "), justify="right")
     for r in rows:
-        t.add_row(*(f"{r[c]:,.1f}" for c in cols))
+        t.add_row(*("-" if r[c] is None else f"{r[c]:,.1f}" for c in cols))
     console.print(t)
 
 
@@ -211,33 +206,24 @@ def export_cmd(
     plan_file: Path = typer.Option(..., "--plan", help="`serve plan --json` output (its first plan) or a plan "
                                    "file (YAML/JSON with `model` and ServingPlan fields)."),
     model: str = typer.Option(None, help="Checkpoint to load (default: the plan's model, as its Hub repo)."),
+    plan_index: int = typer.Option(1, "--plan-index", help="Which plan of a `serve plan --json` file (1: the best)."),
+    gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per host (default: the plan's GPU's "
+                                      "usual server, else 8); commands are grouped per host."),
     port: int = typer.Option(8000), host: str = typer.Option("0.0.0.0"),
 ) -> None:
-    """Print the launch commands of a plan for vLLM or SGLang."""
+    """Print the launch commands of a plan for vLLM or SGLang, one block per host."""
+    from meshplan.cli.commands.serve_files import gpus_per_node as node_size
     from meshplan.export.serving import export_serving
 
-    name, plan = read_plan_file(plan_file)
-    sys.stdout.write(export_serving(target, model or hub_repo(name), plan, port=port, host=host))
+    entry = read_plan_entry(plan_file, plan_index)
+    sys.stdout.write(export_serving(target, model or hub_repo(entry.model), entry.plan, port=port, host=host,
+                                    gpus_per_node=node_size(entry.gpu, gpus_per_node)))
 
 
 def read_plan_file(path: Path) -> tuple[str, ServingPlan]:
-    """(model name, plan) from `serve plan --json` output or a plan file."""
-    data = parse_yaml(read_text(path, "--plan file"), f"--plan {path}")
-    if not isinstance(data, dict) or not isinstance(data.get("model"), str):
-        raise ConfigError(f"--plan {path}: expected a mapping with `model` and a plan (or `plans`)")
-    if "plans" in data:
-        plans = data["plans"]
-        if not isinstance(plans, list) or not plans:
-            raise ConfigError(f"--plan {path}: `plans` holds no plan to export")
-        fields = plans[0].get("plan") if isinstance(plans[0], dict) else None
-    else:
-        fields = {k: v for k, v in data.items() if k != "model"}
-    if not isinstance(fields, dict):
-        raise ConfigError(f"--plan {path}: the plan must be a mapping of ServingPlan fields")
-    try:
-        return data["model"], ServingPlan(**fields)
-    except ValueError as exc:
-        raise ConfigError(f"--plan {path}: {exc}".splitlines()[0]) from None
+    """(model name, plan) from `serve plan --json` output (its best plan) or a plan file."""
+    entry = read_plan_entry(path)
+    return entry.model, entry.plan
 
 
 def hub_repo(name: str) -> str:

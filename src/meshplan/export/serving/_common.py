@@ -11,13 +11,19 @@ import shlex
 from dataclasses import dataclass
 
 from meshplan.errors import ConfigError
+from meshplan.serving.engine.placement import place
 from meshplan.serving.plan import ServingPlan
 
 Flags = list[tuple[str, object]]
 """(flag, value) pairs in order; value None for a bare switch."""
 
-FIRST_SIDE_PORT = {"nixl": 5600, "bootstrap": 8998}
-"""First of the per-instance side ports (vLLM NIXL handshake, SGLang PD bootstrap defaults)."""
+FIRST_SIDE_PORT = {"nixl": 5600, "bootstrap": 8998, "ray": 6379, "dist_init": 20000}
+"""First of the per-instance side ports (vLLM NIXL handshake, SGLang PD bootstrap defaults, the
+Ray head of a multi-node vLLM instance, SGLang's --dist-init-addr of a multi-node instance)."""
+DEFAULT_GPUS_PER_NODE = 8
+"""Host size when the caller names none (HGX/DGX servers)."""
+NODE_RANK, NODE_ADDR = "NODE_RANK", "NODE_ADDR"
+"""Shell variables of a multi-host script: this host's rank, and the hosts' addresses."""
 
 PREQUANTIZED_HINTS = {
     "fp8": ("fp8",),
@@ -47,45 +53,75 @@ class Instance:
     tp: int
     """Tensor-parallel size of this instance (the pool's tp when disaggregated)."""
     gpus: tuple[int, ...]
-    """Host-local GPU indices, written as CUDA_VISIBLE_DEVICES."""
+    """Host-local GPU indices, written as CUDA_VISIBLE_DEVICES (on each of its nodes)."""
     port: int
+    node: int = 0
+    """The host it runs on (its first host when it spans several), from 0."""
+    nodes: int = 1
+    """Hosts it spans: more than one for a multi-node engine (whole hosts each)."""
+    hosts: int = 1
+    """Hosts of the whole deployment: addresses come from NODE_ADDR when more than one."""
 
 
-def _pools(plan: ServingPlan) -> list[tuple[str, int, int, int]]:
-    """(role, instances, tp, GPUs per instance) of each pool."""
+def _check_launchable(plan: ServingPlan) -> None:
+    """Refuse plans no launch script can express."""
     dis = plan.disaggregated
-    if dis is None:
-        return [("server", plan.replicas, plan.tp, plan.gpus_per_replica)]
-    if dis.phase is not None:
+    if dis is not None and dis.phase is not None:
         raise ConfigError(f"the plan deploys only a {dis.phase} pool (a phase-pool measurement); "
                           f"a launchable deployment needs both prefill_gpus and decode_gpus")
-    if plan.dp > 1:
+    if dis is not None and plan.dp > 1:
         raise ConfigError(f"dp={plan.dp} with disaggregated pools: the pools size each instance as "
                           f"its tp x pp GPUs; set dp=1 or serve without disaggregation")
-    pools = []
-    for role, gpus, tp in (("prefill", dis.prefill_gpus, dis.prefill_tp),
-                           ("decode", dis.decode_gpus, dis.decode_tp)):
-        if gpus % (tp * plan.pp):
-            raise ConfigError(f"disaggregated.{role}_gpus={gpus} is not a multiple of "
-                              f"{role}_tp x pp = {tp} x {plan.pp}")
-        pools.append((role, gpus // (tp * plan.pp), tp, tp * plan.pp))
-    return pools
 
 
-def layout(plan: ServingPlan, port: int) -> list[Instance]:
-    """Every instance of `plan` on consecutive GPUs; with several, the entry `port` is left to
-    the router or proxy and the instances take the ports after it."""
-    pools = _pools(plan)
-    several = sum(count for _, count, _, _ in pools) > 1
-    out, gpu, next_port = [], 0, port + 1 if several else port
-    for role, count, tp, width in pools:
-        for i in range(count):
-            out.append(Instance(role=role, index=i, tp=tp, gpus=tuple(range(gpu, gpu + width)),
-                                port=next_port))
-            gpu, next_port = gpu + width, next_port + 1
+def layout(plan: ServingPlan, port: int, gpus_per_node: int = DEFAULT_GPUS_PER_NODE) -> list[Instance]:
+    """Every instance of `plan` on hosts of `gpus_per_node` GPUs (meshplan.serving.engine.placement:
+    one host, or whole hosts); with several instances, the entry `port` is left to the router or
+    proxy and the instances take the ports after it."""
+    _check_launchable(plan)
+    slots = place(plan, gpus_per_node)
+    hosts = max(s.node + s.nodes for s in slots)
+    if plan.dp > 1 and any(s.nodes > 1 for s in slots):
+        raise ConfigError(f"dp={plan.dp} in an instance spanning {slots[0].nodes} hosts: a multi-host "
+                          f"data-parallel engine is not exported; use replicas (dp=1) instead")
+    first = port + 1 if len(slots) > 1 else port
+    out = [Instance(role=s.role, index=s.index, tp=s.tp, gpus=s.gpus, port=first + k, node=s.node,
+                    nodes=s.nodes, hosts=hosts) for k, s in enumerate(slots)]
     if not 1 <= port <= 65535 or out[-1].port > 65535:
         raise ConfigError(f"port={port}: the script needs ports {port}..{out[-1].port}, "
                           f"which must lie within 1..65535")
+    return out
+
+
+def address(inst: Instance, node: int | None = None) -> str:
+    """The address of an instance's (first) host as shell text: 127.0.0.1 on one host."""
+    if inst.hosts == 1:
+        return "127.0.0.1"
+    return f"${{{NODE_ADDR}[{inst.node if node is None else node}]}}"
+
+
+def host_lines(instances: list[Instance], gpus_per_node: int) -> list[str]:
+    """The header of a multi-host script: which host runs what, read from NODE_RANK/NODE_ADDRS."""
+    hosts = instances[0].hosts
+    if hosts == 1:
+        return []
+    last = hosts - 1
+    return [f"# Hosts: {hosts} nodes of {gpus_per_node} GPUs. Run this same script on each of them with "
+            f"{NODE_RANK}=0..{last} and the",
+            f"# hosts' addresses in rank order, e.g. {NODE_RANK}=0 NODE_ADDRS=\"10.0.0.1 10.0.0.2\" bash launch.sh;",
+            f"# each host starts its own engines (host-local CUDA_VISIBLE_DEVICES); host 0 also runs the entry point.",
+            f'{NODE_RANK}="${{{NODE_RANK}:?set {NODE_RANK} to this host\'s rank, 0..{last}}}"',
+            f'read -r -a {NODE_ADDR} <<< "${{NODE_ADDRS:?set NODE_ADDRS to the {hosts} hosts\' addresses, in rank order}}"']
+
+
+def per_host(hosts: int, blocks: dict[int, list[str]]) -> list[str]:
+    """Each host's lines under `if [ "$NODE_RANK" = k ]` (as they are on a single host)."""
+    if hosts == 1:
+        return [line for k in sorted(blocks) for line in blocks[k]]
+    out: list[str] = []
+    for k in range(hosts):
+        block = blocks.get(k, [])
+        out += ["", f'if [ "${NODE_RANK}" = {k} ]; then'] + block[1 if block[:1] == [""] else 0:] + ["fi"]
     return out
 
 
@@ -94,10 +130,16 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def gpu_words(inst: Instance) -> str:
-    """ "GPU 3" or "GPUs 0-3" for a comment."""
+def gpu_words(inst: Instance, node: int | None = None) -> str:
+    """ "GPU 3" or "GPUs 0-3" for a comment (", host 1" or ", hosts 2-3" on several hosts)."""
     first, last = inst.gpus[0], inst.gpus[-1]
-    return f"GPU {first}" if first == last else f"GPUs {first}-{last}"
+    words = f"GPU {first}" if first == last else f"GPUs {first}-{last}"
+    if inst.hosts == 1:
+        return words
+    if inst.nodes == 1:
+        return f"{words} of host {inst.node}"
+    here = f" (this is host {node})" if node is not None else ""
+    return f"{words} of each of hosts {inst.node}-{inst.node + inst.nodes - 1}{here}"
 
 
 def check_model(model: str) -> str:
@@ -175,11 +217,9 @@ def plan_lines(model: str, plan: ServingPlan, instances: list[Instance], engine:
     if plan.engine != engine:
         lines.append(f"# Note: the plan was modelled for {plan.engine}; its knobs are passed on "
                      f"under {engine}'s meaning of them.")
-    if len(instances) > 1:
-        lines += [f"# CUDA_VISIBLE_DEVICES assumes all {plan.num_gpus} GPUs sit on one host; across "
-                  f"hosts, run each command on its",
-                  "# own host with its GPUs renumbered from 0, and give the router or proxy the "
-                  "hosts' addresses."]
+    if len(instances) > 1 and instances[0].hosts == 1:
+        lines.append(f"# All {plan.num_gpus} GPUs sit on one host (CUDA_VISIBLE_DEVICES numbers them from 0); "
+                     f"a deployment wider than a host takes whole hosts.")
     return lines
 
 

@@ -35,6 +35,9 @@ which spell every flag below the same way. Where each flag is listed:
   pd_disaggregation.md): `python -m sglang_router.launch_router` with --worker-urls, --policy
   (random, round_robin, cache_aware, power_of_two), --pd-disaggregation, --prefill URL
   [BOOTSTRAP_PORT] and --decode URL (each repeated per instance), --host, --port.
+- Multi-node instances (an engine wider than a host): the same command on each of its hosts with
+  --nnodes, --node-rank and --dist-init-addr FIRST_HOST:PORT (server_arguments.md, "Multi-node
+  distributed serving"; docs/references/multi_node_deployment).
 """
 
 from __future__ import annotations
@@ -42,9 +45,9 @@ from __future__ import annotations
 from meshplan import __version__
 from meshplan.errors import ConfigError
 from meshplan.export.serving._common import (
-    DRAFT_VARIABLE, FIRST_SIDE_PORT, LORA_VARIABLE, STOP_ALL, Flags, Instance, Raw, activation_dtype,
-    check_model, command, gpu_words, kv_dtype_error, layout, lora_lines, plan_lines, quantization_note,
-    speculative_lines,
+    DEFAULT_GPUS_PER_NODE, DRAFT_VARIABLE, FIRST_SIDE_PORT, LORA_VARIABLE, STOP_ALL, Flags, Instance, Raw,
+    activation_dtype, address, check_model, command, gpu_words, host_lines, kv_dtype_error, layout, lora_lines,
+    per_host, plan_lines, quantization_note, speculative_lines,
 )
 from meshplan.serving.cost.lora import lora_slots
 from meshplan.serving.plan import ServingPlan
@@ -150,7 +153,7 @@ def _bootstrap_port(inst: Instance) -> int:
 
 
 def _url(inst: Instance) -> str:
-    return f"http://127.0.0.1:{inst.port}"
+    return f"http://{address(inst)}:{inst.port}"
 
 
 def _router(plan: ServingPlan, instances: list[Instance], port: int, host: str) -> list[str]:
@@ -190,10 +193,20 @@ def _lora_flags(plan: ServingPlan) -> Flags:
             ("--max-loras-per-batch", lora_slots(plan)), ("--max-lora-rank", plan.lora_rank)]
 
 
-def export(model: str, plan: ServingPlan, *, port: int = 8000, host: str = "0.0.0.0") -> str:
-    """A bash script launching `plan` with SGLang: one server per instance, plus the router."""
+def _node_flags(inst: Instance, node: int, position: int) -> Flags:
+    """A multi-node engine's rank on `node`: every host of the instance runs the same server."""
+    if inst.nodes == 1:
+        return []
+    init = Raw(f"{address(inst)}:{FIRST_SIDE_PORT['dist_init'] + position}")
+    return [("--nnodes", inst.nodes), ("--node-rank", node - inst.node), ("--dist-init-addr", init)]
+
+
+def export(model: str, plan: ServingPlan, *, port: int = 8000, host: str = "0.0.0.0",
+           gpus_per_node: int = DEFAULT_GPUS_PER_NODE) -> str:
+    """A bash script launching `plan` with SGLang: one server per instance (per host of an
+    instance spanning hosts), plus the router; grouped by host on hosts of `gpus_per_node` GPUs."""
     model = check_model(model)
-    instances = layout(plan, port)
+    instances = layout(plan, port, gpus_per_node)
     dtype_flags, notes = _dtype_flags(model, plan)
     knob_flags, knob_notes = _knob_flags(plan)
     shared = dtype_flags + knob_flags + _speculative_flags(plan) + _lora_flags(plan) + _offload_flags(plan)
@@ -206,18 +219,24 @@ def export(model: str, plan: ServingPlan, *, port: int = 8000, host: str = "0.0.
         lines += [f"# KV transfer backend {TRANSFER_BACKEND} (SGLang's default) needs "
                   "pip install mooncake-transfer-engine and RDMA;",
                   "# --disaggregation-transfer-backend nixl is the alternative."]
-    several = len(instances) > 1
-    lines += ["set -euo pipefail"] + ([STOP_ALL] if several else [])
+    several = len(instances) > 1 or instances[0].nodes > 1
+    lines += ["set -euo pipefail"] + ([STOP_ALL] if several else []) + host_lines(instances, gpus_per_node)
     if plan.speculative_tokens:
         lines += speculative_lines(plan, f"an EAGLE-3 head (SGLang algorithm {SPECULATIVE_ALGORITHM})")
     if plan.lora_adapters:
         lines += lora_lines(plan, lora_slots(plan), "--lora-paths")
-    for inst in instances:
-        flags: Flags = [("--model-path", model), ("--host", host), ("--port", inst.port)]
-        flags += _parallel_flags(plan, inst.tp)[0] + shared + _role_flags(inst)
-        env = {"CUDA_VISIBLE_DEVICES": Raw(",".join(map(str, inst.gpus)))}
-        lines += ["", f"# {inst.role} {inst.index}: {gpu_words(inst)}, port {inst.port}"]
-        lines += command(["python", "-m", "sglang.launch_server"], flags, env=env, background=several)
-    if several:
-        lines += [""] + _router(plan, instances, port, host)
+    blocks: dict[int, list[str]] = {}
+    for position, inst in enumerate(instances):
+        for node in range(inst.node, inst.node + inst.nodes):
+            flags: Flags = [("--model-path", model), ("--host", host), ("--port", inst.port)]
+            flags += _parallel_flags(plan, inst.tp)[0] + shared + _role_flags(inst) + _node_flags(inst, node, position)
+            env = {"CUDA_VISIBLE_DEVICES": Raw(",".join(map(str, inst.gpus)))}
+            where = gpu_words(inst, node if inst.nodes > 1 else None)
+            blocks.setdefault(node, []).extend(["", f"# {inst.role} {inst.index}: {where}, port {inst.port}"])
+            blocks[node] += command(["python", "-m", "sglang.launch_server"], flags, env=env, background=several)
+    if len(instances) > 1:
+        blocks[0] += [""] + _router(plan, instances, port, host)
+    lines += per_host(instances[0].hosts, blocks)
+    if several and (len(instances) == 1 or instances[0].hosts > 1):  # hosts without the router wait on their servers
+        lines.append("wait")
     return "\n".join(lines) + "\n"

@@ -29,6 +29,10 @@ Where each flag comes from:
   {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"} with LMCACHE_LOCAL_CPU,
   LMCACHE_MAX_LOCAL_CPU_SIZE (GiB per worker) and LMCACHE_CHUNK_SIZE (LMCache docs, vLLM
   integration; needs pip install lmcache).
+- Multi-node instances (a replica wider than a host): --distributed-executor-backend ray
+  (ParallelConfig group) on the first host, after `ray start --head --port P` there and
+  `ray start --block --address HEAD:P` on the others, each with that host's GPUs
+  (docs/serving/parallelism_scaling.md, "Multi-node deployment", v0.11).
 - Disaggregated prefill: NixlConnector with kv_role kv_both on both pools, a distinct
   VLLM_NIXL_SIDE_CHANNEL_PORT per instance on a host, and the test proxy
   tests/v1/kv_connector/nixl_integration/toy_proxy_server.py (--port, --prefiller-hosts,
@@ -43,9 +47,9 @@ import json
 from meshplan import __version__
 from meshplan.errors import ConfigError
 from meshplan.export.serving._common import (
-    DRAFT_VARIABLE, FIRST_SIDE_PORT, LORA_VARIABLE, STOP_ALL, Flags, Instance, Raw, activation_dtype,
-    check_model, command, double_quoted, gpu_words, kv_dtype_error, layout, lora_lines, plan_lines,
-    quantization_note, speculative_lines,
+    DEFAULT_GPUS_PER_NODE, DRAFT_VARIABLE, FIRST_SIDE_PORT, LORA_VARIABLE, STOP_ALL, Flags, Instance, Raw,
+    activation_dtype, address, check_model, command, double_quoted, gpu_words, host_lines, kv_dtype_error, layout,
+    lora_lines, per_host, plan_lines, quantization_note, speculative_lines,
 )
 from meshplan.serving.cost.lora import lora_slots
 from meshplan.serving.plan import ServingPlan
@@ -157,8 +161,11 @@ def _lmcache_env(plan: ServingPlan) -> dict[str, object]:
 
 
 def _instance_command(model: str, plan: ServingPlan, inst: Instance, position: int, host: str,
-                      shared: Flags, background: bool) -> list[str]:
-    env: dict[str, object] = {"CUDA_VISIBLE_DEVICES": Raw(",".join(map(str, inst.gpus)))}
+                      shared: Flags, background: bool) -> dict[int, list[str]]:
+    """The lines each host runs for one instance: the server (on its first host) and, for an
+    instance spanning hosts, the Ray cluster its ranks join."""
+    devices = Raw(",".join(map(str, inst.gpus)))
+    env: dict[str, object] = {"CUDA_VISIBLE_DEVICES": devices}
     flags: Flags = [("--host", host), ("--port", inst.port)] + _parallel_flags(plan, inst.tp) + shared
     if plan.kv_offload == "cpu":
         env.update(_lmcache_env(plan))
@@ -168,8 +175,20 @@ def _instance_command(model: str, plan: ServingPlan, inst: Instance, position: i
         flags.append(("--kv-transfer-config", json.dumps(KV_CONNECTOR)))
     elif plan.kv_offload == "cpu":
         flags.append(("--kv-transfer-config", json.dumps(LMCACHE_CONNECTOR)))
-    return [f"# {inst.role} {inst.index}: {gpu_words(inst)}, port {inst.port}"] + \
-        command(["vllm", "serve", model], flags, env=env, background=background)
+    head = [f"# {inst.role} {inst.index}: {gpu_words(inst)}, port {inst.port}"]
+    if inst.nodes == 1:
+        return {inst.node: head + command(["vllm", "serve", model], flags, env=env, background=background)}
+    ray_port = FIRST_SIDE_PORT["ray"] + position
+    flags.append(("--distributed-executor-backend", "ray"))
+    blocks = {inst.node: head + [f"# A multi-node engine: its ranks on hosts {inst.node}-{inst.node + inst.nodes - 1} "
+                                 f"join this host's Ray cluster; vLLM waits for their GPUs (`ray stop` ends it)."]
+              + command(["ray", "start"], [("--head", None), ("--port", ray_port)], env={"CUDA_VISIBLE_DEVICES": devices})
+              + command(["vllm", "serve", model], flags, env=env, background=True)}
+    for node in range(inst.node + 1, inst.node + inst.nodes):
+        blocks[node] = [f"# {inst.role} {inst.index}: {gpu_words(inst, node)}, ranks of the engine on host {inst.node}"]
+        blocks[node] += command(["ray", "start"], [("--block", None), ("--address", Raw(f"{address(inst)}:{ray_port}"))],
+                                env={"CUDA_VISIBLE_DEVICES": devices}, background=True)
+    return blocks
 
 
 def _entry_lines(plan: ServingPlan, instances: list[Instance], port: int) -> list[str]:
@@ -178,22 +197,24 @@ def _entry_lines(plan: ServingPlan, instances: list[Instance], port: int) -> lis
         return []
     ports = [i.port for i in instances]
     if plan.disaggregated is None:
+        behind = (f"ports {ports[0]}-{ports[-1]}" if instances[0].hosts == 1 else
+                  " ".join(f"{address(i)}:{i.port}" for i in instances))
         lines = ["# vLLM has no cross-replica router: put an HTTP load balancer on port "
-                 f"{port} in front of ports {ports[0]}-{ports[-1]}.",
+                 f"{port} in front of {behind}.",
                  f"# The plan assumed {plan.router} routing{ROUTER_NOTES[plan.router]}."]
         if plan.dp > 1:
             lines.append("# Each replica runs its own data-parallel group: replicas sharing a host "
                          "need distinct --data-parallel-rpc-port values.")
         return lines
-    pre = [i.port for i in instances if i.role == "prefill"]
-    dec = [i.port for i in instances if i.role == "decode"]
+    pre = [i for i in instances if i.role == "prefill"]
+    dec = [i for i in instances if i.role == "decode"]
     return ["# A proxy must send each request to a prefill instance (max_tokens=1) and then, with",
             "# the returned kv_transfer_params, to a decode instance. vLLM's test proxy does this:",
             f"#   python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --port {port} \\",
-            f"#     --prefiller-hosts {' '.join(['127.0.0.1'] * len(pre))} "
-            f"--prefiller-ports {' '.join(map(str, pre))} \\",
-            f"#     --decoder-hosts {' '.join(['127.0.0.1'] * len(dec))} "
-            f"--decoder-ports {' '.join(map(str, dec))}",
+            f"#     --prefiller-hosts {' '.join(address(i) for i in pre)} "
+            f"--prefiller-ports {' '.join(str(i.port) for i in pre)} \\",
+            f"#     --decoder-hosts {' '.join(address(i) for i in dec)} "
+            f"--decoder-ports {' '.join(str(i.port) for i in dec)}",
             "# NixlConnector needs the nixl package (pip install nixl) on every instance."]
 
 
@@ -207,18 +228,20 @@ def _notes(plan: ServingPlan) -> list[str]:
     return notes
 
 
-def export(model: str, plan: ServingPlan, *, port: int = 8000, host: str = "0.0.0.0") -> str:
-    """A bash script launching `plan` with `vllm serve`: one command per instance."""
+def export(model: str, plan: ServingPlan, *, port: int = 8000, host: str = "0.0.0.0",
+           gpus_per_node: int = DEFAULT_GPUS_PER_NODE) -> str:
+    """A bash script launching `plan` with `vllm serve`: one command per instance, grouped by
+    host when the deployment takes several (hosts of `gpus_per_node` GPUs)."""
     model = check_model(model)
-    instances = layout(plan, port)
+    instances = layout(plan, port, gpus_per_node)
     dtype_flags, dtype_notes = _dtype_flags(model, plan)
     shared = dtype_flags + _knob_flags(plan) + _speculative_flags(plan) + _lora_flags(plan)
     lines = ["#!/usr/bin/env bash",
              f"# vLLM launch script generated by meshplan {__version__}",
              f"# Target: {TARGET_VERSION}"]
     lines += plan_lines(model, plan, instances, "vllm") + dtype_notes + _notes(plan)
-    several = len(instances) > 1
-    lines += ["set -euo pipefail"] + ([STOP_ALL] if several else [])
+    several = len(instances) > 1 or instances[0].nodes > 1
+    lines += ["set -euo pipefail"] + ([STOP_ALL] if several else []) + host_lines(instances, gpus_per_node)
     if plan.speculative_tokens:
         lines += speculative_lines(plan, f"an EAGLE-3 head (vLLM method {SPECULATIVE_METHOD})")
     if plan.lora_adapters:
@@ -227,8 +250,13 @@ def export(model: str, plan: ServingPlan, *, port: int = 8000, host: str = "0.0.
         lines.append("# kv_offload=cpu: LMCache's CPU backend (pip install lmcache)" +
                      ("." if plan.kv_cpu_bytes is not None else
                       "; the plan gave a hit rate, not a size: LMCache's default size applies."))
+    blocks: dict[int, list[str]] = {}
     for position, inst in enumerate(instances):
-        lines += [""] + _instance_command(model, plan, inst, position, host, shared, several)
+        for node, block in _instance_command(model, plan, inst, position, host, shared, several).items():
+            blocks.setdefault(node, []).extend([""] + block)
+    if len(instances) > 1:
+        blocks[0] += [""] + _entry_lines(plan, instances, port)
+    lines += per_host(instances[0].hosts, blocks)
     if several:
-        lines += [""] + _entry_lines(plan, instances, port) + ["wait"]
+        lines.append("wait")
     return "\n".join(lines) + "\n"

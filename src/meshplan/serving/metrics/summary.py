@@ -94,7 +94,10 @@ class ServingMetrics:
     """Latencies (ms), throughputs and engine statistics of one simulated serving run.
 
     Duration runs from the first arrival (the benchmark start, 0 for generated workloads) to
-    the last finish; throughputs are totals over completed requests / duration.
+    the last finish; throughputs are totals over completed requests / duration (vLLM's
+    benchmark definitions), so a finite run's figures include the drain after the last arrival.
+    The steady_* figures count only the arrival window, where the deployment faces the offered
+    rate: they are what "keeps up with the rate" is judged by.
     """
 
     ttft_ms: Percentiles
@@ -107,8 +110,18 @@ class ServingMetrics:
     input_tokens_per_s: float
     """Prompt tokens / duration (a prefill pool's throughput)."""
     requests_per_s: float
+    """Completed requests / duration, the drain after the last arrival included (vLLM's request
+    throughput)."""
     goodput_requests_per_s: float | None
-    """Requests meeting every SLO / duration; None when no SLO was given."""
+    """Requests meeting every SLO / duration, the drain included; None when no SLO was given."""
+    steady_requests_per_s: float | None = None
+    """Requests taken into service (first token out) over the arrival window, first to last
+    arrival: the offered rate while the deployment keeps up, less when a queue builds (the
+    requests still waiting at the last arrival are missing). None without an arrival window
+    (offline runs)."""
+    steady_goodput_requests_per_s: float | None = None
+    """Those of `steady_requests_per_s` that meet every SLO, per second of the arrival window;
+    None without an SLO or an arrival window."""
     completed: int
     duration_s: float
     total_input_tokens: int
@@ -163,8 +176,10 @@ def _summary_table(m: ServingMetrics) -> Table:
             ("Duration (s)", _fmt(m.duration_s, 3)),
             ("Total input tokens", _fmt(m.total_input_tokens)),
             ("Total generated tokens", _fmt(m.total_output_tokens)),
-            ("Request throughput (req/s)", _fmt(m.requests_per_s)),
-            ("Request goodput (req/s)", _fmt(m.goodput_requests_per_s)),
+            ("Request throughput, incl. drain (req/s)", _fmt(m.requests_per_s)),
+            ("Request goodput, incl. drain (req/s)", _fmt(m.goodput_requests_per_s)),
+            ("Request throughput, steady (req/s)", _fmt(m.steady_requests_per_s)),
+            ("Request goodput, steady (req/s)", _fmt(m.steady_goodput_requests_per_s)),
             ("Output token throughput (tok/s)", _fmt(m.output_tokens_per_s)),
             ("Total token throughput (tok/s)", _fmt(m.total_tokens_per_s)),
             ("Prefix cache hit rate", _fmt(m.prefix_cache_hit_rate, 3)),
@@ -299,9 +314,11 @@ def compute_metrics(records: Sequence[RequestRecord], log: IterationLog | None =
         tpot = np.where(out_done > 1, (e2e - ttft) / (out_done - 1), np.nan)
     duration = float(finish[done].max() - arrival.min()) if done.any() else math.nan
     total_in, total_out = int(n_in[done].sum()), int(out_done.sum())
-    goodput = None
+    goodput = good = None
     if slo is not None:
-        goodput = _ratio(int(slo.met(ttft, tpot, e2e).sum()), duration)
+        good = slo.met(ttft, tpot, e2e)
+        goodput = _ratio(int(good.sum()), duration)
+    steady, steady_good = _steady(arrival, first, done, good)
     mean_util, max_queue = _log_stats(log)
     return ServingMetrics(
         ttft_ms=Percentiles.of(ttft), tpot_ms=Percentiles.of(tpot),
@@ -310,11 +327,28 @@ def compute_metrics(records: Sequence[RequestRecord], log: IterationLog | None =
         total_tokens_per_s=_ratio(total_in + total_out, duration),
         input_tokens_per_s=_ratio(total_in, duration),
         requests_per_s=_ratio(int(done.sum()), duration),
-        goodput_requests_per_s=goodput, completed=int(done.sum()), duration_s=duration,
+        goodput_requests_per_s=goodput, steady_requests_per_s=steady, steady_goodput_requests_per_s=steady_good,
+        completed=int(done.sum()), duration_s=duration,
         total_input_tokens=total_in, total_output_tokens=total_out,
         mean_kv_utilization=mean_util, max_queue_len=max_queue,
         preemptions=int(preempt.sum()),
         prefix_cache_hit_rate=_ratio(float(cached[done].sum()), total_in))
+
+
+def _steady(arrival: np.ndarray, first: np.ndarray, done: np.ndarray,
+            good: np.ndarray | None) -> tuple[float | None, float | None]:
+    """(steady request throughput, steady goodput): requests whose first token came out within
+    the arrival window, per second of that window (None when all requests arrive at once)."""
+    if arrival.size < 2:
+        return None, None
+    start, end = float(arrival.min()), float(arrival.max())
+    if end <= start:
+        return None, None
+    served = done & (first <= end)
+    steady = float(served.sum()) / (end - start)
+    if good is None:
+        return steady, None
+    return steady, float((good & served[done]).sum()) / (end - start)
 
 
 def kv_utilization_over_time(log: IterationLog,

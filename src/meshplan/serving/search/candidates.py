@@ -11,6 +11,7 @@ simulation (`capacity`) in a process pool, and the best are verified at the targ
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ from meshplan.serving.search.bounds import (ReplicaBounds, replica_bounds, repli
 from meshplan.serving.search.capacity import Capacity, Targets, capacity
 from meshplan.serving.engine.deployment import build_replicas, resolve_pools
 from meshplan.serving.engine.iterations import IterationLog
+from meshplan.serving.engine.placement import fits
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import SimulationResult
 from meshplan.serving.traffic.workload import Workload
@@ -38,6 +40,8 @@ class Candidate:
     unit_gpus: int
     bound_rate: float
     """Analytical upper bound of the unit's sustainable rate."""
+    gpus_per_node: int
+    """GPUs per node of its GPU type: a deployment lies on whole hosts (meshplan.serving.engine.placement)."""
     bounds: ReplicaBounds | None = None
     capacity: Capacity | None = None
     replicas: int = 0
@@ -65,12 +69,46 @@ class Space:
     tps: tuple[int, ...] = (1, 2, 4, 8)
     pps: tuple[int, ...] = (1, 2, 4)
     budgets: tuple[int | None, ...] = (None, 2048)
-    quantize: bool = True
+    quantize: bool = False
+    """Also try fp8 weights and KV cache: quantization changes the model's outputs, so it is
+    opt-in; without it every plan keeps the model's own precision (NATIVE_DTYPES)."""
     disaggregate: bool = True
 
 
+NATIVE_DTYPES = ("bf16", "auto")
+"""(weights, KV cache) of the model as published: bf16 weights, KV in the activation dtype."""
+
+
+def quantized(c: "Candidate") -> bool:
+    """Whether a candidate changes the model's precision (weights or KV cache)."""
+    return (c.plan.weights_dtype, c.plan.kv_cache_dtype) != NATIVE_DTYPES
+
+
+def deployment_plan(c: Candidate, replicas: int | None = None) -> ServingPlan:
+    """The whole deployment: the unit repeated `replicas` times (default: the candidate's), as
+    colocated replicas or both disaggregated pools scaled together."""
+    n = max(c.replicas if replicas is None else replicas, 1)
+    if not c.disaggregated:
+        return c.plan.model_copy(update={"replicas": n})
+    d = c.plan.disaggregated
+    return c.plan.model_copy(update={"disaggregated": d.model_copy(
+        update={"prefill_gpus": d.prefill_gpus * n, "decode_gpus": d.decode_gpus * n})})
+
+
+def whole_replicas(c: Candidate, needed: float) -> float:
+    """The fewest replicas >= `needed` whose deployment lies in one node or on whole nodes (the
+    spare GPUs of a node a deployment must take anyway become replicas); inf when none does."""
+    if needed == math.inf:
+        return math.inf
+    first = max(int(needed), 1)
+    for r in range(first, first + c.gpus_per_node + 1):
+        if fits(deployment_plan(c, r), c.gpus_per_node):
+            return r
+    return math.inf
+
+
 def _dtypes(gpu: Cluster, quantize: bool) -> list[tuple[str, str]]:
-    out = [("bf16", "auto")]
+    out = [NATIVE_DTYPES]
     if quantize and "fp8" in gpu.gpu.dtypes:
         out += [("bf16", "fp8"), ("fp8", "fp8")]
     return out
@@ -78,9 +116,10 @@ def _dtypes(gpu: Cluster, quantize: bool) -> list[tuple[str, str]]:
 
 def colocated(model: ModelSpec, cluster: Cluster, unit: Workload, t: Targets, space: Space,
               rate: float, max_gpus: int, pruned: dict[str, int],
-              hopeless: list[Candidate] | None = None) -> list[Candidate]:
+              hopeless: list[Candidate] | None = None, beyond: list[Candidate] | None = None) -> list[Candidate]:
     """Replica candidates on one GPU type that fit and could meet the SLOs (those that fit but
-    miss an SLO even alone go to `hopeless`, with their lone-request margins)."""
+    miss an SLO even alone go to `hopeless`, with their lone-request margins; those whose
+    analytical bound needs more than `max_gpus` go to `beyond`, replicas set to that need)."""
     out, heads = [], model.layers[0].attention.num_heads
     mean_in, mean_out = uncached_input_tokens(unit), unit.total_output_tokens / len(unit)
     for pp in space.pps:
@@ -100,8 +139,11 @@ def colocated(model: ModelSpec, cluster: Cluster, unit: Workload, t: Targets, sp
                         if hopeless is not None:
                             hopeless.append(cand)
                         continue
-                    if replicas_needed(rate, cand.bound_rate) * cand.unit_gpus > max_gpus:
+                    need = whole_replicas(cand, replicas_needed(rate, cand.bound_rate))
+                    if need * cand.unit_gpus > max_gpus:
                         pruned["bound: cannot reach the rate within --max-gpus"] += 1
+                        if beyond is not None and need < math.inf:
+                            beyond.append(dataclasses.replace(cand, replicas=need))
                         continue
                     out.append(cand)
         if fitted_any:
@@ -117,7 +159,8 @@ def _bounded(model, cluster, plan, unit, t, mean_in, mean_out, pruned) -> Candid
         return None
     (replica,) = build_replicas(model, _sized(cluster, plan.num_gpus), pool, unit, IterationLog(), 0)
     b = replica_bounds(pool, replica.cost, mean_in, mean_out, t)
-    cand = Candidate(gpu=cluster.gpu.name, plan=plan, unit_gpus=plan.num_gpus, bound_rate=b.max_rate, bounds=b)
+    cand = Candidate(gpu=cluster.gpu.name, plan=plan, unit_gpus=plan.num_gpus, bound_rate=b.max_rate, bounds=b,
+                     gpus_per_node=cluster.gpus_per_node)
     lone = {"ttft": b.ttft_ms / t.ttft_ms if t.ttft_ms else 0.0, "tpot": b.tpot_ms / t.tpot_ms if t.tpot_ms else 0.0}
     if max(lone.values()) > 1:
         pruned["bound: a lone request already misses an SLO"] += 1
@@ -154,7 +197,7 @@ def disaggregated(replicas: list[Candidate], rate: float, max_gpus: int, pruned:
                                  prefill_tp=p.plan.tp, decode_tp=d.plan.tp)
             plan = p.plan.model_copy(update={"disaggregated": dis})
             bound = min(n_p * p.bounds.prefill_rate, n_d * d.bounds.decode_rate)
-            out.append(Candidate(gpu=p.gpu, plan=plan, unit_gpus=gpus, bound_rate=bound))
+            out.append(Candidate(gpu=p.gpu, plan=plan, unit_gpus=gpus, bound_rate=bound, gpus_per_node=p.gpus_per_node))
     return out
 
 
@@ -180,7 +223,7 @@ def _job(args) -> Capacity:
 
 def best_case(c: Candidate, rate: float, objective: str, price: float | None) -> float:
     """The objective's best possible value for a candidate (lower is better)."""
-    reps = replicas_needed(rate, c.bound_rate)
+    reps = whole_replicas(c, replicas_needed(rate, c.bound_rate))
     if objective == "max-goodput-per-gpu":
         return -c.bound_rate / c.unit_gpus
     gpus = c.unit_gpus * reps

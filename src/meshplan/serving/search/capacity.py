@@ -72,6 +72,23 @@ def at_rate(unit: Workload, rate: float) -> Workload:
     return dataclasses.replace(unit, requests=reqs, description=f"{unit.description} at {rate:.3g} req/s")
 
 
+KEEP_UP_SHARE = 0.97
+"""A run keeps up when its steady throughput reaches this share of its arrivals' own rate."""
+
+
+def keeps_up(result: SimulationResult) -> bool | None:
+    """Whether a run took requests into service as fast as they arrived: its steady throughput
+    (first tokens over the arrival window, meshplan.serving.metrics.summary) against the
+    arrivals' own rate over the same window (a finite sample's rate, not the nominal one). The
+    drain after the last arrival does not count. None for a run without an arrival window."""
+    steady = result.metrics.steady_requests_per_s
+    arrivals = [r.arrival_s for r in result.records]
+    if steady is None or len(arrivals) < 2:
+        return None
+    offered = (len(arrivals) - 1) / (max(arrivals) - min(arrivals))
+    return steady >= KEEP_UP_SHARE * offered
+
+
 UTILIZATION_CAP = 0.95
 """The highest load tried, as a share of the saturated (offline) throughput: a finite run near
 or above saturation can still meet percentile SLOs while its queue grows without bound, so

@@ -21,7 +21,8 @@ def rate_row(model: str, gpu: str, num_gpus: int, plan, unit, rate: float, site=
 
     use_site(site)
     m = simulate(load_model(model), Cluster.build(gpu, num_gpus), plan, at_rate(unit, rate)).metrics
-    return {"request_rate": rate, "requests_per_s": m.requests_per_s, "output_tokens_per_s": m.output_tokens_per_s,
+    return {"request_rate": rate, "requests_per_s": m.requests_per_s, "steady_requests_per_s": m.steady_requests_per_s,
+            "output_tokens_per_s": m.output_tokens_per_s,
             **{f"{k}_{p}": getattr(getattr(m, k), p) for k in ("ttft_ms", "tpot_ms", "e2e_ms") for p in PERCENTILES}}
 
 

@@ -8,8 +8,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from meshplan.serving.search.capacity import keeps_up
 from meshplan.serving.search.run import SearchResult, deployment_plan
-from meshplan.serving.search.candidates import Candidate
+from meshplan.serving.search.candidates import Candidate, quantized
 
 NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
 
@@ -38,7 +39,7 @@ def cost_per_million(c: Candidate, price: float | None) -> float | None:
 def plan_dict(c: Candidate, r: SearchResult) -> dict:
     """One plan as JSON: the deployment, its capacity and its latencies at the target rate."""
     m = c.verified.metrics.to_dict() if c.verified else None
-    return {"gpu": c.gpu, "layout": layout(c), "replicas": c.replicas, "gpus": c.gpus,
+    return {"gpu": c.gpu, "layout": layout(c), "quantized": quantized(c), "replicas": c.replicas, "gpus": c.gpus,
             "plan": deployment_plan(c).model_dump(mode="json"),
             "capacity_requests_per_s": c.capacity.rate * c.replicas,
             "capacity_curve": [{"requests_per_s": rate * c.replicas, "slo_margins": m}
@@ -46,16 +47,19 @@ def plan_dict(c: Candidate, r: SearchResult) -> dict:
             "goodput_per_gpu": c.goodput_per_gpu(), "slo_margins": c.verified_margins or c.capacity.margins,
             "cost_per_million_output_tokens": cost_per_million(c, r.prices.get(c.gpu)), "metrics": m,
             "goodput_requests_per_s": m["goodput_requests_per_s"] if m else None,
-            "notes": drain_notes(c, r.rate)}
+            "steady_requests_per_s": m["steady_requests_per_s"] if m else None,
+            "steady_goodput_requests_per_s": m["steady_goodput_requests_per_s"] if m else None,
+            "keeps_up": keeps_up(c.verified) if c.verified else None, "notes": drain_notes(c, r.rate)}
 
 
 DRAIN_SHORTFALL = 0.97
-"""Completed req/s below this share of the arrival rate is reported as a draining run."""
+"""Completed req/s below this share of the arrival rate gets a note on the drain."""
 
 
 def drain_notes(c: Candidate, rate: float) -> list[str]:
-    """Why a finite run's `requests_per_s` sits below the target rate: it counts completions over
-    the whole run, which ends when the last request drains after arrivals stop."""
+    """Why a finite run's `requests_per_s` sits below the target rate: vLLM's definition counts
+    completions over the whole run, which ends when the last request drains after arrivals
+    stop; the steady figure over the arrival window says whether it kept up."""
     if c.verified is None:
         return []
     m = c.verified.metrics
@@ -63,10 +67,14 @@ def drain_notes(c: Candidate, rate: float) -> list[str]:
         return []
     arrivals = [rec.arrival_s for rec in c.verified.records]
     tail = m.duration_s - (max(arrivals) - min(arrivals))
+    steady = m.steady_requests_per_s
+    verdict = ("" if steady is None else
+               f"; over the arrival window it takes {steady:.2f} req/s into service (steady_requests_per_s), "
+               + ("so it keeps up" if keeps_up(c.verified) else "so a queue builds: it does not keep up"))
     return [f"requests_per_s {m.requests_per_s:.2f} is below the {rate:g} req/s arrival rate: it "
             f"counts the {m.completed} completions of a finite run over {m.duration_s:.1f} s, which "
             f"includes the {tail:.1f} s the last requests take to drain after the final arrival "
-            f"(and the sampled arrivals' own spread)"]
+            f"(and the sampled arrivals' own spread){verdict}"]
 
 
 def result_dict(r: SearchResult, model: str) -> dict:
@@ -74,6 +82,10 @@ def result_dict(r: SearchResult, model: str) -> dict:
     return {"model": model, "request_rate": r.rate, "slo": r.targets.label(), "objective": r.objective,
             "plans": [plan_dict(c, r) for c in r.ranked],
             "infeasible": [{"gpu": c.gpu, "layout": layout(c), "misses": misses(c)} for c in r.infeasible],
+            "smallest_beyond_max_gpus": None if r.smallest_beyond is None else {
+                "gpu": r.smallest_beyond.gpu, "layout": layout(r.smallest_beyond),
+                "replicas": r.smallest_beyond.replicas, "gpus": r.smallest_beyond.gpus,
+                "simulated": r.smallest_beyond.capacity is not None},
             "search": {"simulated_plans": r.simulated, "simulations": r.simulations,
                        "pruned": r.pruned, "pruned_total": sum(r.pruned.values()), "wall_s": r.wall_s}}
 
@@ -81,6 +93,15 @@ def result_dict(r: SearchResult, model: str) -> dict:
 def misses(c: Candidate) -> dict[str, float]:
     """SLOs missed at the lowest rate tried, as observed / objective - 1."""
     return {NAMES.get(k, k): v - 1 for k, v in c.capacity.margins.items() if v > 1}
+
+
+def beyond_hint(r: SearchResult) -> str:
+    """The smallest deployment beyond --max-gpus that could serve the rate, and how it was sized."""
+    c = r.smallest_beyond
+    basis = ("sized by its simulated capacity" if c.capacity is not None
+             else "an analytical lower bound, not simulated")
+    return (f"Beyond --max-gpus {r.max_gpus}, the smallest deployment that could serve it: {c.gpu} {layout(c)} "
+            f"x{c.replicas} = {c.gpus} GPUs ({basis}); rerun with --max-gpus {c.gpus} or more.")
 
 
 def table(r: SearchResult) -> Table:
@@ -121,7 +142,23 @@ def why(r: SearchResult) -> str:
         b = r.ranked[1]
         text += (f" The runner-up ({layout(b)} on {b.gpu}) needs {b.gpus} GPUs and sustains "
                  f"{b.goodput_per_gpu():.2f} req/s per GPU.")
-    return text
+    return text + _precision_note(r)
+
+
+def _precision_note(r: SearchResult) -> str:
+    """With quantization allowed, the best plan at the model's own precision and the best
+    quantized one, side by side (quantization changes the model's outputs)."""
+    if not r.quantize:
+        return ""
+
+    def best(q: bool) -> str:
+        c = next((c for c in r.ranked if quantized(c) == q), None)
+        if c is None:
+            return "none meets the SLOs"
+        return f"{layout(c)} x{c.replicas} = {c.gpus} GPUs, {c.goodput_per_gpu():.2f} req/s per GPU"
+
+    return (f" Best at the model's own precision: {best(False)}; best quantized (changes the model's "
+            f"outputs): {best(True)}.")
 
 
 def render(r: SearchResult) -> Group:
@@ -144,7 +181,12 @@ def render(r: SearchResult) -> Group:
             else:
                 miss = ", ".join(f"{NAMES.get(k, k)} by {v - 1:+.0%}" for k, v in c.verified_margins.items() if v > 1)
                 note = f"misses {miss or 'an SLO'} at the target rate with {c.gpus} GPUs"
+                if not miss and c.verified is not None and keeps_up(c.verified) is False:
+                    note = (f"falls behind the target rate with {c.gpus} GPUs: "
+                            f"{c.verified.metrics.steady_requests_per_s:.2f} req/s over the arrival window")
             parts.append(Text(f"  {c.gpu} {layout(c)}: {note}"))
+        if r.smallest_beyond is not None:
+            parts.append(Text(beyond_hint(r)))
     pruned = ", ".join(f"{n} {k}" for k, n in sorted(r.pruned.items()))
     parts.append(Text(f"simulated {r.simulated} plans ({r.simulations} simulations), pruned "
                       f"{sum(r.pruned.values())} analytically ({pruned}) in {r.wall_s:.1f} s", style="dim"))

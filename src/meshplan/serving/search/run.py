@@ -11,9 +11,10 @@ from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.serving.search.bounds import replicas_needed
-from meshplan.serving.search.capacity import Targets, at_rate, margins
+from meshplan.serving.search.capacity import Targets, at_rate, keeps_up, margins
 from meshplan.serving.search.candidates import (
-    OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, disaggregated, job_args, score,
+    OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, deployment_plan, disaggregated, job_args,
+    quantized, score, whole_replicas,
 )
 from meshplan.serving.simulate import simulate
 from meshplan.serving.traffic.workload import Workload
@@ -34,6 +35,11 @@ class SearchResult:
     pruned: dict[str, int]
     wall_s: float
     max_gpus: int = 0
+    quantize: bool = False
+    """Whether quantized plans were allowed (then both precisions are shown)."""
+    smallest_beyond: Candidate | None = None
+    """When no plan fits: the smallest deployment that could, beyond --max-gpus (its replicas
+    from its simulated capacity, or from the analytical bound when it was not simulated)."""
 
 
 def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: float, t: Targets, *,
@@ -48,39 +54,64 @@ def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: floa
     pruned: Counter[str] = Counter()
     cands: list[Candidate] = []
     hopeless: list[Candidate] = []
+    beyond: list[Candidate] = []
     for cluster in clusters:
-        reps = colocated(model, cluster, unit, t, space, rate, max_gpus, pruned, hopeless)
+        reps = colocated(model, cluster, unit, t, space, rate, max_gpus, pruned, hopeless, beyond)
         cands += reps
         if space.disaggregate:
             cands += disaggregated(reps, rate, max_gpus, pruned)
     cands.sort(key=lambda c: best_case(c, rate, objective, prices.get(c.gpu)))
     done, sims = _evaluate(model, {c.gpu.name: c for c in clusters}, unit, rate, t, cands, objective,
-                           prices, top, workers, pruned)
+                           prices, top, workers, pruned, space.quantize)
     feasible = [c for c in done if c.capacity.rate > 0 and c.gpus <= max_gpus]
     feasible.sort(key=lambda c: score(c, objective, prices.get(c.gpu)))
-    verified = _verify(model, {c.gpu.name: c for c in clusters}, unit, rate, t, feasible[:top], max_gpus)
+    chosen = _shown(feasible, top, space.quantize)
+    verified = _verify(model, {c.gpu.name: c for c in clusters}, unit, rate, t, chosen, max_gpus)
     ranked = sorted((c for c in verified if _meets(c)), key=lambda c: score(c, objective, prices.get(c.gpu)))
     infeasible = sorted([c for c in done + hopeless if c not in ranked],
                         key=lambda c: max(c.capacity.margins.values(), default=9e9))[:top]
+    over = [c for c in done if c.capacity.rate > 0 and c.gpus > max_gpus] + beyond
+    smallest = None if ranked else min(over, key=lambda c: (c.gpus, c.capacity is None), default=None)
     return SearchResult(ranked=ranked, infeasible=infeasible, rate=rate, targets=t, objective=objective,
                         prices=prices, simulated=len(done), simulations=sims, pruned=dict(pruned),
-                        wall_s=time.perf_counter() - start, max_gpus=max_gpus)
+                        wall_s=time.perf_counter() - start, max_gpus=max_gpus,
+                        quantize=space.quantize, smallest_beyond=smallest)
 
 
-def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, workers, pruned):
+def _shown(feasible: list[Candidate], top: int, quantize: bool) -> list[Candidate]:
+    """The best `top` plans; with quantization allowed, also the best plan at the model's own
+    precision and the best quantized one when neither is among them (both are always shown)."""
+    chosen = feasible[:top]
+    if quantize:
+        for wanted in (False, True):
+            if not any(quantized(c) == wanted for c in chosen):
+                chosen += [c for c in feasible if quantized(c) == wanted][:1]
+    return chosen
+
+
+def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, workers, pruned, by_precision=False):
     """Capacity of candidates in best-case order, `workers` at a time, skipping those whose
-    best case cannot enter the current top `top`."""
+    best case cannot enter the current top `top` (of their own precision class with
+    `by_precision`: or cannot beat the best plan found of their own precision, so the best at
+    the model's own dtypes and the best quantized one are both found)."""
     done, sims, i = [], 0, 0
+    group = quantized if by_precision else (lambda c: None)
     pool = ProcessPoolExecutor(workers) if workers > 1 else None
     try:
         while i < len(cands):
-            ranked = sorted(score(c, objective, prices.get(c.gpu)) for c in done if c.capacity.rate > 0)
-            worst_kept = ranked[top - 1][0] if len(ranked) >= top else None
+            found = [(score(c, objective, prices.get(c.gpu))[0], group(c)) for c in done if c.capacity.rate > 0]
+            ranked = sorted(v for v, _ in found)
+            worst_kept = ranked[top - 1] if len(ranked) >= top else None
+            best_of = {g: min(v for v, h in found if h == g) for _, g in found}
             batch = []
             while i < len(cands) and len(batch) < max(workers, 1):
                 c = cands[i]
                 i += 1
-                if worst_kept is not None and best_case(c, rate, objective, prices.get(c.gpu)) > worst_kept:
+                bound = best_case(c, rate, objective, prices.get(c.gpu))
+                beaten = worst_kept is not None and bound > worst_kept
+                if beaten and by_precision:
+                    beaten = group(c) in best_of and bound > best_of[group(c)]
+                if beaten:
                     pruned["bound: cannot beat the plans found"] += 1
                     continue
                 batch.append(c)
@@ -88,7 +119,7 @@ def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, wor
             results = list(pool.map(_job, jobs)) if pool else [_job(j) for j in jobs]
             for c, cap in zip(batch, results):
                 c.capacity, sims = cap, sims + cap.simulations
-                c.replicas = replicas_needed(rate, cap.rate)
+                c.replicas = whole_replicas(c, replicas_needed(rate, cap.rate))
                 done.append(c)
     finally:
         if pool:
@@ -97,17 +128,9 @@ def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, wor
 
 
 def _meets(c: Candidate) -> bool:
-    return all(v <= 1 for v in c.verified_margins.values())
-
-
-def deployment_plan(c: Candidate):
-    """The whole deployment: the unit repeated `replicas` times (colocated replicas, or both
-    disaggregated pools scaled together)."""
-    if not c.disaggregated:
-        return c.plan.model_copy(update={"replicas": c.replicas})
-    d = c.plan.disaggregated
-    pools = d.model_copy(update={"prefill_gpus": d.prefill_gpus * c.replicas, "decode_gpus": d.decode_gpus * c.replicas})
-    return c.plan.model_copy(update={"disaggregated": pools})
+    """Verified at the target rate: every SLO met, and the run kept up with the arrivals
+    (judged over the arrival window: the drain after the last arrival does not count)."""
+    return all(v <= 1 for v in c.verified_margins.values()) and keeps_up(c.verified) is not False
 
 
 def _verify(model, clusters, unit, rate, t, cands, max_gpus) -> list[Candidate]:
@@ -120,9 +143,10 @@ def _verify(model, clusters, unit, rate, t, cands, max_gpus) -> list[Candidate]:
             res = simulate(model, _sized(clusters[c.gpu], plan.num_gpus), plan, at_rate(unit, rate),
                            slo=t.slo())
             c.verified, c.verified_margins = res, margins(res.records, t)
-            ok = all(v <= 1 for v in c.verified_margins.values())
-            if ok or (c.replicas + 1) * c.unit_gpus > max_gpus:
+            ok = _meets(c)
+            more = whole_replicas(c, c.replicas + 1)
+            if ok or more * c.unit_gpus > max_gpus:
                 break
-            c.replicas += 1
+            c.replicas = more
         out.append(c)
     return out
