@@ -9,6 +9,7 @@ import typer
 from meshplan.bands.training import estimate_bands, plus_minus
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
+from meshplan.cli import ranges
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
@@ -44,6 +45,8 @@ def parse_counts(text: str, flag: str = "--num-gpus") -> list[int]:
         raise ConfigError(f"{flag} {text!r}: expected N, N,M,... or LOW-HIGH") from None
     if not counts or min(counts) < 1:
         raise ConfigError(f"{flag} {text!r}: give positive whole numbers (N, N,M,... or LOW-HIGH)")
+    for count in counts:
+        ranges.check(flag.lstrip("-").replace("-", "_"), count)
     return counts
 
 
