@@ -135,3 +135,14 @@ def test_the_range_reads_in_the_help_page():
 def test_every_range_refuses_nan_and_infinity(name):
     for bad in (math.nan, math.inf, -math.inf):
         assert "finite" in RANGES[name].problem(bad)
+
+
+def test_models_list_reads_parameter_counts_as_people_say_them():
+    from meshplan.cli.render import params, si
+
+    assert [params(v) for v in (999, 999_885_952, 999_960_000, 1_235_814_400, 671e9)] == \
+        ["999", "999.9 M", "1.0 B", "1.2 B", "671.0 B"]
+    assert si(999_885_952) == "1 G"  # was "1e+03 M"
+    row = next(line for line in runner.invoke(app, ["models", "list"]).stdout.splitlines()
+               if "gemma-3-1b " in line)
+    assert "999.9 M" in row and "e+" not in row
