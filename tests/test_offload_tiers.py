@@ -217,7 +217,7 @@ def test_cluster_show_lists_the_host():
     assert data["nvme_bytes_per_node"] == 15.36e12
     bad = CliRunner().invoke(app, ["cluster", "show", "--gpu", "h100-sxm-80gb", "--num-gpus", "8",
                                    "--host-memory-gb", "0"])
-    assert bad.exit_code == 2 and "host_memory_bytes_per_node must be positive" in bad.stderr
+    assert bad.exit_code == 2 and "--host-memory-gb 0.0: give a host memory size per node of 1 GB or more" in bad.stderr
 
 
 def test_gpu_optimizer_writes_the_offloaded_parameters_back():

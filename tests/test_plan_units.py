@@ -52,7 +52,7 @@ def test_table_shows_dollars_and_days():
 @pytest.mark.parametrize("extra, message", [
     (["--objective", "cost"], "--objective cost needs --price-per-gpu-hour"),
     (["--objective", "time-to-train"], "--objective time-to-train needs --train-tokens"),
-    (["--price-per-gpu-hour", "-1"], "--price-per-gpu-hour -1.0: give a number that is positive"),
+    (["--price-per-gpu-hour", "-1"], "--price-per-gpu-hour -1.0: give a price per GPU-hour of 0.0001 USD or more"),
     (["--train-tokens", "nan"], "--train-tokens nan: give a finite number"),
 ])
 def test_missing_or_meaningless_inputs_exit_2(extra, message):

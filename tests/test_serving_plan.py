@@ -411,6 +411,6 @@ def test_cli_sweep_prints_and_writes_csv(tmp_path):
     assert float(rows[1]["requests_per_s"]) > float(rows[0]["requests_per_s"])
 
 
-@pytest.mark.parametrize("rates, words", [("0", ("--rates '0'", "positive")), ("a,b", ("--rates 'a,b'",))])
+@pytest.mark.parametrize("rates, words", [("0", ("--rates 0.0", "0.001 requests/s or more")), ("a,b", ("--rates 'a,b'",))])
 def test_cli_sweep_bad_rates_exit_2(rates, words):
     one_error(run(*SWEEP, "--rates", rates), *words)

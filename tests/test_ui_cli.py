@@ -60,8 +60,8 @@ def test_another_host_is_a_warning(served):
     assert "warning: listening on 0.0.0.0: anyone who can reach this address" in " ".join(result.stderr.split())
 
 
-@pytest.mark.parametrize("args,message", [(("--port", "70000"), "--port 70000: give a TCP port from 1 to 65535"),
-                                          (("--jobs", "0"), "--jobs 0: give a number that is positive")])
+@pytest.mark.parametrize("args,message", [(("--port", "70000"), "--port 70000: give a TCP port of at most 65,535"),
+                                          (("--jobs", "0"), "--jobs 0: give a job count of 1 or more")])
 def test_bad_port_or_jobs_exit_2(served, args, message):
     result = run(*args)
     assert result.exit_code == 2 and result.stderr.strip() == f"error: {message}" and not served

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from meshplan.checks import optional, positive, whole
 from meshplan.hardware import Cluster
 from meshplan.model import ModelSpec, load_model
 from meshplan.calibration.site import site_context
@@ -62,10 +63,37 @@ def search_training_plans(model: ModelSpec | str, cluster: Cluster, plan: Traini
 
     if objective not in ("throughput", "cost", "time-to-train"):
         raise ConfigError(f"objective {objective!r}: use throughput, cost or time-to-train")
+    whole("top", top)
+    optional(whole, "workers", workers)
+    optional(positive, "price_per_gpu_hour", price_per_gpu_hour)
+    optional(positive, "train_tokens", train_tokens)
+    pinned = _checked_pins(pin or {})
     with site_context(site):
-        return search(_model(model), cluster, plan, dict(pin or {}), objective=objective, top=top,
+        return search(_model(model), cluster, plan, pinned, objective=objective, top=top,
                       price_per_gpu_hour=price_per_gpu_hour, train_tokens=train_tokens,
                       workers=workers)
+
+
+def _checked_pins(pin: dict) -> dict:
+    """The pins as a plan holds them (`"8"` -> 8); a field that is not a TrainingPlan's, or a
+    value a plan may not hold, is a ConfigError."""
+    from pydantic import ValidationError
+
+    from meshplan.errors import ConfigError
+
+    unknown = sorted(set(pin) - set(TrainingPlan.model_fields))
+    if unknown:
+        raise ConfigError(f"pin {unknown[0]!r}: not a TrainingPlan field (e.g. tp, pp, recompute)")
+    try:
+        plan = TrainingPlan(**{k: v for k, v in pin.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigError(f"pin {err['loc'][0]}={err.get('input')!r}: {err['msg']}") from None
+    return {k: getattr(plan, k) if v is not None else None for k, v in pin.items()}
+
+
+RATE_RANGE = (0.001, 1_000_000.0)
+"""Request rates (requests/s) a serving search takes, as `serve plan --request-rate`."""
 
 
 def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload, request_rate: float,
@@ -83,7 +111,7 @@ def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload
     gpus: one GPU catalog name or several to compare.
     workload: a `Workload` (from `synthesize`) whose arrivals average 1 request/s; the search
     compresses it in time to each rate it tries (synthesize it with `request_rate=1`).
-    request_rate: requests/s the deployment must sustain.
+    request_rate: requests/s the deployment must sustain (0.001 to 1,000,000).
     ttft_ms, tpot_ms, e2e_ms: latency objectives (at least one) at `percentile` of requests.
     max_gpus: the most GPUs a deployment may use.
     objective: "min-gpus", "max-goodput-per-gpu" or "min-cost" (needs `prices`).
@@ -99,6 +127,11 @@ def search_serving_plans(model: ModelSpec | str, gpus: str | list[str], workload
     from meshplan.serving.search.run import search
     from meshplan.serving.search.candidates import Space
 
+    positive("request_rate", request_rate, low=RATE_RANGE[0], high=RATE_RANGE[1])
+    for name, value in (("top", top), ("max_gpus", max_gpus), ("workers", workers)):
+        whole(name, value)
+    for gpu, price in (prices or {}).items():
+        positive(f"prices[{gpu!r}]", price)
     names = [gpus] if isinstance(gpus, str) else list(gpus)
     clusters = [Cluster.build(g, 1) for g in names]  # hardware only; the search sizes each plan
     targets = Targets(ttft_ms=ttft_ms, tpot_ms=tpot_ms, e2e_ms=e2e_ms, percentile=percentile)

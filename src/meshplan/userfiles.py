@@ -36,10 +36,33 @@ def read_text(path: Path, what: str, max_bytes: int = MAX_BYTES) -> str:
         raise ConfigError(f"{what} {str(path)!r} is not UTF-8 text (byte {exc.start})") from None
 
 
+MAX_INT_DIGITS = 30
+"""Most digits of an integer in a user's JSON (Python refuses to parse more than 4,300)."""
+
+
+class HugeNumber(ValueError):
+    """An integer in a JSON document longer than MAX_INT_DIGITS."""
+
+
+def _int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise HugeNumber(f"an integer of {digits:,} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def loads(text: str) -> Any:
+    """json.loads that refuses absurdly long integers (HugeNumber) instead of a bare ValueError."""
+    return json.loads(text, parse_int=_int)
+
+
 def parse_json(text: str, where: str) -> Any:
-    """JSON, with line and column on a syntax error and a message for absurd nesting."""
+    """JSON, with line and column on a syntax error and a message for absurd nesting or an
+    absurdly long integer."""
     try:
-        return json.loads(text)
+        return loads(text)
+    except HugeNumber as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where}: not valid JSON at line {exc.lineno}, column {exc.colno}: "
                           f"{exc.msg}") from None
@@ -64,3 +87,5 @@ def parse_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: not valid YAML{at}: {first}") from None
     except (TooDeep, RecursionError):
         raise ConfigError(f"{where}: YAML nested too deeply") from None
+    except ValueError as exc:  # a scalar YAML cannot build: 5,000 digits, a date 2024-13-45
+        raise ConfigError(f"{where}: not valid YAML: {str(exc).split(';')[0]}") from None

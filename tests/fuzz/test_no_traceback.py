@@ -71,7 +71,8 @@ PLAN = ["train", "plan", "--model", "llama-3.2-1b", "--gpu", "h100-sxm-80gb", "-
 
 @settings(max_examples=25, deadline=None, derandomize=True, database=None)
 @given(flag=st.sampled_from(["--num-gpus", "--top", "--price-per-gpu-hour", "--train-tokens",
-                             "--seq-len"]), value=HOSTILE_NUMBERS)
+                             "--seq-len", "--tp", "--pp", "--vpp", "--cp", "--ep", "--workers",
+                             "--host-link-gb-per-s", "--nvme-tb", "--host-memory-gb"]), value=HOSTILE_NUMBERS)
 def test_plan_flags(flag, value):
     args = [*PLAN, "--num-gpus", "8"] if flag != "--num-gpus" else PLAN
     assert_clean(runner.invoke(app, [*args, flag, value]))

@@ -62,28 +62,20 @@ console = LazyConsole()
 err_console = LazyConsole(stderr=True)
 
 
-POSITIVE = frozenset({
-    "top", "workers", "chunk", "num_requests", "max_gpus", "num_gpus", "request_rate", "time_scale",
-    "concurrency", "global_batch_size", "global_batch_tokens", "micro_batch_size", "seq_len",
-    "price_per_gpu_hour", "train_tokens", "replicas", "input_len", "output_len", "burstiness",
-    "slo_ttft_ms", "slo_tpot_ms", "slo_e2e_ms", "slo_percentile", "inter_node_gbps_per_gpu",
-    "gpu_power_limit_w", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-})
-"""Numeric options where zero means nothing; every other number must still be finite and >= 0."""
-
-
 def check_numbers(values: dict[str, Any]) -> None:
-    """One place for the sanity of numeric flags: finite, not negative, positive where zero is
-    meaningless. Each failure names the flag and the value."""
+    """One place for the sanity of numeric flags: each within its physical range (cli/ranges.py),
+    finite; a number without a listed range finite and not negative. Each failure names the flag
+    and the value."""
+    from meshplan.cli import ranges
+
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
-        flag = "--" + name.replace("_", "-")
-        if not math.isfinite(value):
-            raise ConfigError(f"{flag} {value!r}: give a finite number")
-        if value < 0 or (value == 0 and name in POSITIVE):
-            need = "positive" if name in POSITIVE else "zero or more"
-            raise ConfigError(f"{flag} {value!r}: give a number that is {need}")
+        if name in ranges.RANGES:
+            ranges.check(name, value)
+        elif not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{ranges.flag(name)} {ranges.shown(value)}: give a finite number, "
+                              f"zero or more")
 
 
 def user_errors(func: F) -> F:

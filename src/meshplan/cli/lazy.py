@@ -85,7 +85,12 @@ COMMANDS: dict[str, tuple[Callable[[], Command], str]] = {
 @functools.cache
 def load(name: str) -> Command:
     """The real click command of root command `name`, imported once."""
-    return COMMANDS[name][0]()
+    command = COMMANDS[name][0]()
+    if isinstance(command, LazySubGroup):  # its commands are documented as they load
+        return command
+    from meshplan.cli.ranges import document
+
+    return document(command)
 
 
 class LazyCommand(TyperCommand):
@@ -160,7 +165,9 @@ def load_sub(group: str, name: str) -> Command:
     info = next(c for c in app.registered_commands if c.name == name)
     holder = _holder()
     holder.registered_commands.append(info)
-    return typer.main.get_command(holder).commands[name]
+    from meshplan.cli.ranges import document
+
+    return document(typer.main.get_command(holder).commands[name])
 
 
 @functools.cache

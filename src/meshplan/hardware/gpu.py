@@ -65,6 +65,20 @@ class GPUSpec:
     notes: str = field(default="", repr=False)
     """How derived values were obtained, and caveats."""
 
+    def __post_init__(self) -> None:
+        """Every capacity, rate and count positive and finite (a custom GPU too)."""
+        from meshplan.checks import optional, positive, whole
+
+        for name in ("hbm_bandwidth_bytes_per_s", "tdp_w", "scale_up_bandwidth_bytes_per_s_per_direction",
+                     "nic_bandwidth_bytes_per_s_per_direction"):
+            positive(f"GPUSpec {name}", getattr(self, name))
+        for name in ("hbm_bytes", "sm_count", "default_gpus_per_node"):
+            whole(f"GPUSpec {name}", getattr(self, name))
+        optional(positive, "GPUSpec boost_clock_hz", self.boost_clock_hz)
+        optional(whole, "GPUSpec default_scale_up_domain", self.default_scale_up_domain)
+        for dtype, flops in self.peak_flops_per_s.items():
+            positive(f"GPUSpec peak_flops_per_s[{dtype!r}]", flops)
+
     @property
     def dtypes(self) -> tuple[str, ...]:
         """The dtypes this part has a listed peak for, widest first."""

@@ -67,6 +67,10 @@ def validation_message(err: dict) -> str:
         return f"missing option '{flag}'"
     if err["type"] == "extra_forbidden":
         return f"no such option: {flag}"
+    try:
+        check_numbers({names[-1]: err.get("input")})  # the CLI's sentence for a number out of range
+    except ConfigError as exc:
+        return str(exc)
     return f"{flag} {err.get('input')!r}: {err['msg']}"
 
 

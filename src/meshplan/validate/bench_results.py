@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from meshplan.errors import ConfigError
-from meshplan.userfiles import parse_json, read_text
+from meshplan.userfiles import HugeNumber, loads, parse_json, read_text
 
 FORMATS = ("vllm", "sglang")
 
@@ -86,7 +86,9 @@ class BenchResult:
 def _objects(text: str, where: str) -> list[Any]:
     """The JSON values of a file: one document, or one per non-empty line (JSON lines)."""
     try:
-        return [json.loads(text)]
+        return [loads(text)]
+    except HugeNumber as exc:
+        raise ConfigError(f"{where}: {exc}") from None
     except json.JSONDecodeError:
         pass
     except RecursionError:
@@ -99,8 +101,8 @@ def _objects(text: str, where: str) -> list[Any]:
 
 def _is_object(line: str) -> bool:
     try:
-        return isinstance(json.loads(line), dict)
-    except (json.JSONDecodeError, RecursionError):
+        return isinstance(loads(line), dict)
+    except (ValueError, RecursionError):
         return False
 
 

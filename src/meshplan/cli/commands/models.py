@@ -7,7 +7,7 @@ from rich.table import Table
 
 from meshplan.cli.common import console, print_json, user_errors
 from meshplan.cli.lazy import new_app
-from meshplan.cli.render import count, si
+from meshplan.cli.render import count, params, si
 from meshplan.model import list_entries, load_model
 from meshplan.model.summary import model_summary
 
@@ -34,7 +34,7 @@ def list_models(json_out: bool = typer.Option(False, "--json", help="Print JSON.
     for col in ("name", "family", "params", "active", "source repo"):
         table.add_column(col, justify="right" if col in ("params", "active") else "left")
     for r in rows:
-        table.add_row(r["name"], r["family"], si(r["params_total"]), si(r["params_active"]),
+        table.add_row(r["name"], r["family"], params(r["params_total"]), params(r["params_active"]),
                       r["hf_repo"] or "-")
     console.print(table)
 

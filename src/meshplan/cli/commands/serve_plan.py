@@ -13,6 +13,7 @@ from rich.table import Table
 
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
+from meshplan.cli import ranges
 from meshplan.cli.common import (
     QUIET,
     console,
@@ -45,6 +46,9 @@ def _prices(items: list[str]) -> dict[str, float]:
             out[gpu.strip()] = float(value)
         except ValueError:
             raise ConfigError(f"--price {item!r}: expected GPU=USD_PER_GPU_HOUR, e.g. h100-sxm-80gb=2.5") from None
+        problem = ranges.RANGES["price_per_gpu_hour"].problem(out[gpu.strip()])
+        if problem:
+            raise ConfigError(f"--price {item!r}: {problem}")
     return out
 
 
@@ -160,8 +164,10 @@ def sweep_cmd(
         values = [float(x) for x in rates.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(f"--rates {rates!r}: expected comma-separated numbers, e.g. 1,2,4") from None
-    if not values or min(values) <= 0:
+    if not values:
         raise ConfigError(f"--rates {rates!r}: give positive request rates")
+    for value in values:
+        ranges.check("rates", value)
     plan = build_serving_plan(engine=engine, tp=tp, pp=pp, replicas=replicas, weights_dtype=weights_dtype,
                               kv_cache_dtype=kv_cache_dtype, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens, prefill_gpus=None,

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from meshplan.bands.training import estimate_bands, memory_bands
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
+from meshplan.cli.conflicts import check_training_flags
 from meshplan.cli.common import console, finish, print_json, user_errors, with_site
 from meshplan.cli.lazy import new_app
 from meshplan.errors import ConfigError
@@ -105,6 +106,7 @@ HARDWARE = ("gpu", "num_gpus", "gpus_per_node", "scale_up_domain", "inter_node_g
 def parse_inputs(flags: dict):
     """(model spec, cluster, TrainingPlan) from the shared flags."""
     spec = load_model(flags.pop("model"))
+    check_training_flags(flags, spec)
     cluster = opt.build_cluster(*(flags.pop(name) for name in HARDWARE),
                                 **{name: flags.pop(name) for name in opt.HOST_OPTIONS})
     for name in ("json_out", "trace", "html"):

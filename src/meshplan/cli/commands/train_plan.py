@@ -9,8 +9,11 @@ import typer
 from meshplan.bands.training import estimate_bands, plus_minus
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
+from meshplan.cli import ranges
+from meshplan.cli.conflicts import check_names, check_training_flags
 from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
+from meshplan.hardware import get_gpu
 from meshplan.model import load_model
 from meshplan.cli.commands.train import build_plan, extrapolation_lines
 from meshplan.training.layout.capabilities import frameworks_for, schedules_for
@@ -44,6 +47,8 @@ def parse_counts(text: str, flag: str = "--num-gpus") -> list[int]:
         raise ConfigError(f"{flag} {text!r}: expected N, N,M,... or LOW-HIGH") from None
     if not counts or min(counts) < 1:
         raise ConfigError(f"{flag} {text!r}: give positive whole numbers (N, N,M,... or LOW-HIGH)")
+    for count in counts:
+        ranges.check(flag.lstrip("-").replace("-", "_"), count)
     return counts
 
 
@@ -117,11 +122,13 @@ def plan_command(
     given = html_option.inputs(dict(locals()))
     html_option.check(html)
     pinned = {k: v for k, v in locals().items() if k in PINNABLE and v is not None}
+    check_training_flags(dict(locals()))
     base = search_inputs(objective, price_per_gpu_hour, train_tokens, seq_len, global_batch_size,
                          global_batch_tokens, framework, precision, pinned, doc_lengths=doc_lengths,
                          expert_skew=expert_skew, balance=balance, moe_balance=moe_balance,
                          method=method, lora_rank=lora_rank, lora_targets=lora_targets)
     spec = load_model(model)
+    check_training_flags({"expert_skew": expert_skew, "moe_balance": moe_balance}, spec)
     entries, searches, results = [], [], {}
     host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}
     for n in parse_counts(num_gpus):
@@ -370,7 +377,8 @@ def sweep_command(
     if backend not in ("local", "ray"):
         raise ConfigError(f"--backend {backend!r}: use local or ray")
 
-    grid = ([m for m in models.split(",")], gpus.split(","), parse_counts(num_gpus),
+    grid = (check_names("--models", models.split(","), load_model),
+            check_names("--gpus", gpus.split(","), get_gpu), parse_counts(num_gpus),
             parse_counts(seq_lens, "--seq-lens"))
     total = len(grid[0]) * len(grid[1]) * len(grid[2]) * len(grid[3])
     with progress("searching cells", show_progress(quiet)) as update:

@@ -27,14 +27,9 @@ def ui_command(
     jobs: int = typer.Option(None, "--jobs", help="Background jobs run at once (default: up to 2)."),
 ) -> None:
     """Serve the web app: pages per job, a JSON API (/openapi.json), background plan searches."""
-    from meshplan.errors import ConfigError
     from meshplan.ui import require_extra
 
-    require_extra()
-    if not 0 < port < 65536:
-        raise ConfigError(f"--port {port!r}: give a TCP port from 1 to 65535")
-    if jobs is not None and jobs < 1:
-        raise ConfigError(f"--jobs {jobs!r}: give a number that is positive")
+    require_extra()  # --port and --jobs are checked against their ranges (cli/ranges.py)
     import uvicorn
 
     from meshplan.ui.app import create_app, warm_up

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from meshplan.checks import optional, positive
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
@@ -37,6 +38,8 @@ class Targets:
             raise ConfigError("give at least one SLO: --slo-ttft-ms, --slo-tpot-ms or --slo-e2e-ms")
         if not 0 < self.percentile <= 100:
             raise ConfigError(f"--slo-percentile {self.percentile} must be in (0, 100]")
+        for name in ("ttft_ms", "tpot_ms", "e2e_ms"):
+            optional(positive, f"--slo-{name.replace('_', '-')}", getattr(self, name))
 
     def slo(self) -> SLO:
         """The same objectives as a goodput SLO (a request is good when it meets all of them)."""

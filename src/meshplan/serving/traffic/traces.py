@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import json
 import math
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -18,7 +17,7 @@ from functools import partial
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from meshplan.userfiles import check_readable
+from meshplan.userfiles import check_readable, loads
 from meshplan.errors import ConfigError
 from meshplan.serving.traffic.workload import TraceRow, Workload, from_trace
 
@@ -187,9 +186,9 @@ def _parse_mooncake(path: Path, sink: _Collector) -> str:
 
 def _mooncake_row(text: str) -> TraceRow:
     try:
-        obj = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        why = getattr(exc, "msg", "nested too deeply")
+        obj = loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, HugeNumber
+        why = "nested too deeply" if isinstance(exc, RecursionError) else getattr(exc, "msg", str(exc))
         raise _BadRow(f"not valid JSON ({why}): {text.strip()[:60]!r}") from None
     if not isinstance(obj, dict):
         raise _BadRow(f"expected one JSON object per line, got {text.strip()[:60]!r}")

@@ -114,8 +114,12 @@ def read_text(path: str, flag: str) -> str:
 
 def load_json(text: str, path: str, flag: str):
     """Parsed JSON of a user's data file, or a ConfigError naming the flag and the position."""
+    from meshplan.userfiles import HugeNumber, loads
+
     try:
-        return json.loads(text)
+        return loads(text)
+    except HugeNumber as exc:
+        raise ConfigError(f"{flag} {path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{flag} {path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
