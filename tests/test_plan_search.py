@@ -107,6 +107,9 @@ def test_sweep_writes_one_row_per_cell(tmp_path):
     assert by_model["llama-3.1-8b"]["status"] == "ok"
     assert float(by_model["llama-3.1-8b"]["tokens_per_s_per_gpu"]) > 0
     assert by_model["llama-3.2-1b"]["status"] == "ok"  # an unknown name: tests/test_flag_conflicts.py
+    for row in rows:  # the p10-p90 band and the out-of-regime reasons (meshplan.bands)
+        assert 0 < float(row["tokens_per_s_low"]) < float(row["tokens_per_s_high"])
+    assert by_model["llama-3.1-8b"]["extrapolating"] == ""  # Megatron dense bf16 on Hopper: calibrated
 
 
 def test_no_fitting_plan_shows_the_closest_and_why():

@@ -11,13 +11,17 @@ from meshplan.parallel import run_tasks
 from meshplan.calibration.site import active_site
 
 COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "status", "tp", "pp", "vpp", "cp", "ep",
-           "micro_batch_size", "recompute", "dp_sharding", "tokens_per_s_per_gpu", "mfu",
-           "step_time_s", "peak_bytes", "evaluated", "search_seconds")
+           "micro_batch_size", "recompute", "dp_sharding", "tokens_per_s_per_gpu", "tokens_per_s_low",
+           "tokens_per_s_high", "mfu", "step_time_s", "peak_bytes", "extrapolating", "evaluated",
+           "search_seconds")
+"""CSV columns; tokens_per_s_low/high: the p10-p90 band (meshplan.bands), extrapolating: its
+reasons joined by '; ' (empty inside the calibrated regimes)."""
 
 
 def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framework: str) -> dict:
     """Search one grid cell; runs in a worker process, so it takes and returns plain data."""
     from meshplan import Cluster, load_model
+    from meshplan.bands.training import estimate_bands
     from meshplan.errors import MeshplanError
     from meshplan.training import TrainingPlan
     from meshplan.training.search.plans import search
@@ -29,7 +33,8 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
         base = TrainingPlan(seq_len=seq, global_batch_size=max(1, global_batch_tokens // seq),
                             framework=framework)
         # one process per cell: the sweep already runs cells in parallel
-        result = search(model, Cluster.build(gpu, gpus), base, {}, top=1, workers=1)
+        cluster = Cluster.build(gpu, gpus)
+        result = search(model, cluster, base, {}, top=1, workers=1)
     except MeshplanError as exc:
         return {**row, "status": f"error: {exc}"}
     row.update(evaluated=result.evaluated, search_seconds=round(result.seconds, 3))
@@ -37,6 +42,9 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
         return {**row, "status": "nothing fits"}
     best = result.ranked[0]
     p = best.plan
+    band = estimate_bands(model, cluster, best).tokens_per_s_per_gpu
+    row.update(tokens_per_s_low=round(band.low, 1), tokens_per_s_high=round(band.high, 1),
+               extrapolating="; ".join(band.extrapolating))
     row.update(status="ok", tp=p.tp, pp=p.pp, vpp=p.vpp, cp=p.cp, ep=p.ep,
                micro_batch_size=p.micro_batch_size, recompute=p.recompute,
                dp_sharding=p.dp_sharding, tokens_per_s_per_gpu=round(best.tokens_per_s_per_gpu, 1),
