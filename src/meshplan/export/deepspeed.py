@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 
+from meshplan.export.run import RunSettings
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.training.layout.resolve import ResolvedPlan
@@ -69,6 +70,7 @@ def config(model: ModelSpec, plan: ResolvedPlan) -> dict:
     return cfg
 
 
-def export(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> str:
+def export(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
+           run: RunSettings = RunSettings()) -> str:
     """A DeepSpeed JSON config for `plan` (data parallelism over all GPUs of `cluster`)."""
     return json.dumps(config(model, plan), indent=2) + "\n"

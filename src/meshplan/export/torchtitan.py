@@ -26,6 +26,7 @@ without pipelining, global_batch_size > local_batch_size x dp gives gradient acc
 
 from __future__ import annotations
 
+from meshplan.export.run import RunSettings
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.training.layout.resolve import ResolvedPlan
@@ -120,7 +121,8 @@ def _model(model: ModelSpec, plan: ResolvedPlan) -> tuple[Table, str | None]:
     return table, note
 
 
-def export(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> str:
+def export(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
+           run: RunSettings = RunSettings()) -> str:
     """A torchtitan TOML job config for `plan` (run with `--job.config_file`)."""
     model_table, flavor_note = _model(model, plan)
     parallelism: Table = {**_dp_degrees(plan), "tensor_parallel_degree": plan.tp}

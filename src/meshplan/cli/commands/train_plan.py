@@ -192,8 +192,9 @@ def search_size(spec, model: str, cluster, base: TrainingPlan, pinned: dict, obj
     money = [economics(e.tokens_per_s_per_gpu, e.step_time_s, cluster.num_gpus, price, tokens)
              for e in result.ranked]
     tied = set(ties(result.ranked, result.scores).ranks)
-    entries = [{**plan_entry(e, model, cluster, s, m), **estimate_bands(spec, cluster, e).to_dict(),
-                "tied_with_winner": i in tied}
+    run = {"run": {"train_tokens": tokens}} if tokens is not None else {}
+    entries = [{**plan_entry(e, model, cluster, s, m), **run,
+                **estimate_bands(spec, cluster, e).to_dict(), "tied_with_winner": i in tied}
                for i, (e, s, m) in enumerate(zip(result.ranked, result.scores, money), 1)]
     return result, entries, money
 
