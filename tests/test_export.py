@@ -108,7 +108,9 @@ def test_torchtitan_degrees_multiply_to_gpus(name: str) -> None:
     assert training["global_batch_size"] == plan.global_batch_size
     if plan.pp > 1:
         assert training["local_batch_size"] == plan.micro_batch_size * plan.num_microbatches
-        assert len(par["pipeline_parallel_split_points"]) == plan.pp * plan.vpp - 1
+        parts = par["module_fqns_per_model_part"]
+        assert len(parts) == plan.pp * plan.vpp
+        assert sum(len(p) for p in parts) == model.num_layers + 3  # + embedding, norm, output
 
 
 @pytest.mark.parametrize("name", ["llama8b_fsdp", "mixtral_zero3_offload"])
