@@ -121,7 +121,7 @@ CAPABILITIES: dict[str, Capability] = {
         exporter="deepspeed", dp_sharding=("none", "optimizer", "gradients", "full"),
         recompute=("none", "full"), partial_recompute=False, schedules={},
         parallel=(), precisions=("bf16", "fp16", "fp32"), offload_optimizer=(False, True),
-        search_dp_sharding=("optimizer", "gradients", "full"), hybrid_shard=("full",),
+        search_dp_sharding=("optimizer", "gradients", "full"),
         offload_with=("gradients", "full"), offload_activations_with=("full",),
         offload_params_with=("full",), offload_targets=("cpu", "nvme"),
         methods=("full", "lora", "qlora")),
@@ -129,8 +129,8 @@ CAPABILITIES: dict[str, Capability] = {
 """torchtitan (job_config.py): FSDP2 (reshard or not after forward) or 1-D DDP; GPipe, 1F1B,
 Interleaved1F1B (torch.distributed.pipelining); no partial recompute; HSDP (replicate x shard,
 the shard degree a multiple of cp); FSDP CPU offload (enable_cpu_offload, parameters with the
-optimizer); no activation-offload key. DeepSpeed (config JSON): ZeRO 0-3 with optimizer offload for stages 2-3; MiCS
-(mics_shard_size) for hybrid ZeRO-3; cpu_checkpointing offloads what activation_checkpointing
+optimizer); no activation-offload key. DeepSpeed 0.19 (config JSON): ZeRO 0-3 with optimizer offload for stages 2-3; no hybrid
+ZeRO-3 (MiCS's mics_shard_size was removed in 0.19); cpu_checkpointing offloads what activation_checkpointing
 saves, so it needs full recompute; offload_param (ZeRO-3 only) and offload_optimizer take device
 cpu or nvme (ZeRO-Infinity); data parallelism only."""
 """Fine-tuning methods (Capability.methods; others: full only): Hugging Face
