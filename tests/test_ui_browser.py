@@ -119,7 +119,7 @@ def test_plan_search_in_the_browser(server, page):
     with page.expect_download() as download:
         page.click("text=megatron launch config")
     text = Path(download.value.path()).read_text()
-    assert text.startswith("# Megatron-LM launch for llama-3.1-8b on 16 x h100-sxm-80gb")
+    assert text.startswith("#!/bin/bash\n# Megatron-LM launch for llama-3.1-8b on 16 x h100-sxm-80gb")
     assert f"--tensor-model-parallel-size {winner['tp']}" in text
     assert f"--micro-batch-size {winner['micro_batch_size']}" in text
 

@@ -20,7 +20,15 @@ a main-branch commit after core_r0.14.0). Where each flag is defined there:
 - `_add_mixed_precision_args`: --bf16, --fp16; `_add_transformer_engine_args`: --fp8-format,
   --fp4-format (e2m1, the NVFP4 recipe; seen in a later main-branch arguments.py)
 - `_add_experimental_args`: --use-precision-aware-optimizer (required by --optimizer-cpu-offload)
-- `_add_data_args` / `_add_tokenizer_args`: --seq-length, --mock-data, --tokenizer-type, --vocab-size
+- `_add_data_args` / `_add_tokenizer_args`: --seq-length, --data-path, --tokenizer-type
+  (HuggingFaceTokenizer), --tokenizer-model
+- `_add_training_args`: --train-iters or --train-samples (one is required: training.py raises
+  "either train-iters or train-samples should be provided"), --clip-grad, --adam-beta1,
+  --adam-beta2, --weight-decay (`_add_regularization_args`)
+- `_add_learning_rate_args`: --lr (required by the optimizer), --min-lr (<= --lr),
+  --lr-decay-style, --lr-warmup-fraction (valid with either iteration- or sample-based training)
+- `_add_checkpointing_args`: --save, --load, --save-interval (required with --save);
+  `_add_logging_args`: --log-interval
 - `_add_moe_args`: --num-experts, --moe-layer-freq, --moe-router-topk, --moe-ffn-hidden-size,
   --moe-shared-expert-intermediate-size, --expert-model-parallel-size,
   --expert-tensor-parallel-size, --moe-token-dispatcher-type, --moe-grouped-gemm,
@@ -30,17 +38,26 @@ a main-branch commit after core_r0.14.0). Where each flag is defined there:
 
 The pipeline layout string ("E" embedding, "t" decoder layer, "L" loss, stages split by "|") is
 parsed by `PipelineParallelLayerLayout.parse_str_to_list` in
-megatron/core/transformer/pipeline_parallel_layer_layout.py. The data and tokenizer flags are a
-mock-data stand-in: replace them with --data-path and your tokenizer.
+megatron/core/transformer/pipeline_parallel_layer_layout.py. Data, tokenizer, checkpoint directory
+and (without --train-tokens) the step count are placeholders the script refuses to run without.
+tests/data/export/megatron_arguments_flags.txt is every flag of that arguments.py.
 """
 
 from __future__ import annotations
 
+from meshplan.export import shell
+from meshplan.export.run import RunSettings
 from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, ModelSpec, MoEMLP
 from meshplan.training.layout.resolve import ResolvedPlan
 
 TARGET_VERSION = "Megatron-LM core_r0.14+ (main @ 000c4ac24f61159c138b0975def722c65245983c)"
+
+ARGUMENTS = "megatron/training/arguments.py"
+LR, MIN_LR, WARMUP_FRACTION = 3e-4, 3e-5, 0.01
+"""A common starting schedule (cosine from LR to MIN_LR after a 1% warmup): tune it."""
+SAVE_INTERVAL = 1000
+"""Steps between checkpoints (at most the run's length)."""
 
 Flags = list[tuple[str, object]]
 """(flag, value) pairs; value None for a store_true flag."""
@@ -97,7 +114,7 @@ def _mlp_flags(model: ModelSpec, plan: ResolvedPlan) -> Flags:
         return flags
     flags += [("--num-experts", moe.num_experts)]
     if (freq := _moe_layer_freq(model)) is not None:
-        flags.append(("--moe-layer-freq", f'"{freq}"'))
+        flags.append(("--moe-layer-freq", freq))
     flags += [("--moe-router-topk", moe.top_k),
               ("--moe-ffn-hidden-size", moe.expert.intermediate_size)]
     if moe.shared is not None:
@@ -143,7 +160,7 @@ def _pipeline_flags(model: ModelSpec, plan: ResolvedPlan) -> Flags:
         return [("--num-virtual-stages-per-pipeline-rank", plan.vpp)] if plan.vpp > 1 else []
     stages = ["t" * n for n in sizes]
     stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
-    return [("--pipeline-model-parallel-layout", f'"{"|".join(stages)}"')]
+    return [("--pipeline-model-parallel-layout", "|".join(stages))]
 
 
 def _sharding_flags(plan: ResolvedPlan) -> Flags:
@@ -200,17 +217,22 @@ def _precision_flags(plan: ResolvedPlan) -> Flags:
     return flags
 
 
-def _launcher(cluster: Cluster, plan: ResolvedPlan) -> list[str]:
-    env = ""
-    if (plan.tp > 1 or plan.cp > 1) and plan.dp_sharding in ("none", "optimizer"):
-        env = "CUDA_DEVICE_MAX_CONNECTIONS=1 "
-    per_node = min(cluster.gpus_per_node, cluster.num_gpus)
-    return [f"{env}torchrun", f"--nproc_per_node {per_node}", f"--nnodes {cluster.num_nodes}",
-            "--node_rank $NODE_RANK", "--master_addr $MASTER_ADDR", "--master_port 6000",
-            "pretrain_gpt.py"]
+def _run_flags(plan: ResolvedPlan, run: RunSettings) -> Flags:
+    """Training length, learning-rate schedule, optimizer hyper-parameters and checkpoints."""
+    steps = run.steps(plan)
+    if steps is None:
+        flags: Flags = [("--train-iters", "$TRAIN_ITERS")]
+    else:
+        flags = [("--train-samples", steps * plan.global_batch_size)]
+    flags += [("--lr", LR), ("--min-lr", MIN_LR), ("--lr-decay-style", "cosine"),
+              ("--lr-warmup-fraction", WARMUP_FRACTION), ("--weight-decay", 0.1),
+              ("--adam-beta1", 0.9), ("--adam-beta2", 0.95), ("--clip-grad", 1.0)]
+    interval = SAVE_INTERVAL if steps is None else min(SAVE_INTERVAL, steps)
+    return flags + [("--save", "$CHECKPOINT_DIR"), ("--load", "$CHECKPOINT_DIR"),
+                    ("--save-interval", interval), ("--log-interval", 10)]
 
 
-def flags(model: ModelSpec, plan: ResolvedPlan) -> Flags:
+def flags(model: ModelSpec, plan: ResolvedPlan, run: RunSettings = RunSettings()) -> Flags:
     """The pretrain_gpt.py arguments for `plan`, in order."""
     out = _model_flags(model, plan)
     out += _parallel_flags(model, plan)
@@ -218,17 +240,40 @@ def flags(model: ModelSpec, plan: ResolvedPlan) -> Flags:
             ("--global-batch-size", plan.global_batch_size)]
     out += _recompute_flags(plan)
     out += _precision_flags(plan)
-    out += [("--mock-data", None), ("--tokenizer-type", "NullTokenizer"),
-            ("--vocab-size", model.vocab_size)]
+    out += _run_flags(plan, run)
+    return out + [("--data-path", "$DATA_PATH"), ("--tokenizer-type", "HuggingFaceTokenizer"),
+                  ("--tokenizer-model", "$TOKENIZER_MODEL")]
+
+
+def _placeholders(plan: ResolvedPlan, run: RunSettings) -> list[tuple[str, str]]:
+    out = [("DATA_PATH", "your tokenized data prefix (tools/preprocess_data.py output, no .bin/.idx)"),
+           ("TOKENIZER_MODEL", "the Hugging Face tokenizer name or path of that data"),
+           ("CHECKPOINT_DIR", "a shared directory for checkpoints (saved to and resumed from)")]
+    if run.steps(plan) is None:
+        tokens = plan.global_batch_size * plan.seq_len
+        out.append(("TRAIN_ITERS", f"the run's optimizer steps ({tokens:,} tokens each; "
+                                   "or export with --train-tokens)"))
     return out
 
 
-def export(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> str:
-    """A torchrun command line launching Megatron-LM's pretrain_gpt.py with `plan`."""
-    args = [name if value is None else f"{name} {value}" for name, value in flags(model, plan)]
-    lines = _launcher(cluster, plan) + args
-    header = [f"# Megatron-LM launch for {model.name} on {cluster.num_gpus} x {cluster.gpu.name}",
-              f"# flags checked against {TARGET_VERSION}",
-              "# run on every node; set NODE_RANK and MASTER_ADDR"]
-    body = [lines[0] + " \\"] + [f"  {line} \\" for line in lines[1:-1]] + [f"  {lines[-1]}"]
-    return "\n".join(header + body) + "\n"
+def export(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan,
+           run: RunSettings = RunSettings()) -> str:
+    """A bash script launching Megatron-LM's pretrain_gpt.py with `plan` (torchrun or Slurm)."""
+    env = {}
+    if (plan.tp > 1 or plan.cp > 1) and plan.dp_sharding in ("none", "optimizer"):
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    steps = run.steps(plan)
+    length = ("training length: set TRAIN_ITERS (no --train-tokens given)" if steps is None else
+              f"training length: {steps:,} steps of {plan.global_batch_size} x {plan.seq_len} "
+              f"tokens (--train-tokens {run.train_tokens:.4g})")
+    script = shell.Script(
+        title=f"Megatron-LM launch for {model.name} on {cluster.num_gpus} x {cluster.gpu.name}",
+        notes=[f"targets {TARGET_VERSION}", f"every flag is defined in its {ARGUMENTS}",
+               "run from the Megatron-LM checkout (pretrain_gpt.py is at its top level)", length,
+               f"learning rate: cosine {LR:g} -> {MIN_LR:g}, {WARMUP_FRACTION:.0%} warmup "
+               "(a common starting point; tune it)"],
+        placeholders=_placeholders(plan, run), program="pretrain_gpt.py",
+        args=flags(model, plan, run), env=env)
+    if run.launcher == "slurm":
+        return shell.slurm(script, cluster, f"megatron-{model.name}")
+    return shell.torchrun(script, cluster)

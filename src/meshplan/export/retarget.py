@@ -12,7 +12,7 @@ from __future__ import annotations
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.training.layout.capabilities import EXPORT_TARGETS, problems
+from meshplan.training.layout.capabilities import EXPORT_TARGETS, feature_problems, problems
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.layout.resolve import (
     DEFAULT_SHARDING,
@@ -21,6 +21,9 @@ from meshplan.training.layout.resolve import (
     resolve_plan,
 )
 
+FEATURES_OFF = {"recompute": "none", "recompute_num_layers": None, "offload_optimizer": False,
+                "offload_activations": False, "offload_params": False, "schedule": None}
+"""A plan's optional features turned off, to list what else a re-target lacks."""
 SAME_ENGINE = {"megatron": ("megatron", "nemo")}
 """Export targets that run a framework's plans as they are (NeMo runs Megatron-Core)."""
 
@@ -42,6 +45,11 @@ def retarget(plan: TrainingPlan, target: str, model: ModelSpec,
     if source in SAME_ENGINE.get(target, (framework,)):
         return resolve_plan(plan, model, cluster), []
     moved = plan.model_copy(update={"framework": framework})
+    lacking = feature_problems(framework, moved)  # features the target has not at all
+    if lacking:
+        probe = resolve_plan(moved.model_copy(update=FEATURES_OFF), model, cluster)
+        raise ConfigError(f"this {source} plan cannot be re-targeted to {target}: no equivalent for "
+                          + "; ".join(lacking + problems(framework, probe, model)))
     cannot = problems(framework, resolve_plan(moved, model, cluster), model)
     reset = sorted(name for name, value in source_defaults(source, plan).items()
                    if getattr(plan, name) == value and any(p.startswith(name) for p in cannot))

@@ -1,11 +1,26 @@
+#!/bin/bash
 # Megatron-LM launch for llama-3.1-8b on 16 x h100-sxm-80gb
-# flags checked against Megatron-LM core_r0.14+ (main @ 000c4ac24f61159c138b0975def722c65245983c)
-# run on every node; set NODE_RANK and MASTER_ADDR
+# targets Megatron-LM core_r0.14+ (main @ 000c4ac24f61159c138b0975def722c65245983c)
+# every flag is defined in its megatron/training/arguments.py
+# run from the Megatron-LM checkout (pretrain_gpt.py is at its top level)
+# training length: set TRAIN_ITERS (no --train-tokens given)
+# learning rate: cosine 0.0003 -> 3e-05, 1% warmup (a common starting point; tune it)
+# torchrun launcher: run this script on every node, with NODE_RANK and MASTER_ADDR
+set -euo pipefail
+
+# ---- set these before launching; the script stops while one is unset ----
+DATA_PATH=${DATA_PATH:?set DATA_PATH to your tokenized data prefix (tools/preprocess_data.py output, no .bin/.idx)}
+TOKENIZER_MODEL=${TOKENIZER_MODEL:?set TOKENIZER_MODEL to the Hugging Face tokenizer name or path of that data}
+CHECKPOINT_DIR=${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a shared directory for checkpoints (saved to and resumed from)}
+TRAIN_ITERS=${TRAIN_ITERS:?set TRAIN_ITERS to the run's optimizer steps (524,288 tokens each; or export with --train-tokens)}
+NODE_RANK=${NODE_RANK:?set NODE_RANK to this node's index, 0 to 1}
+MASTER_ADDR=${MASTER_ADDR:?set MASTER_ADDR to the address of node 0}
+
 torchrun \
   --nproc_per_node 8 \
   --nnodes 2 \
-  --node_rank $NODE_RANK \
-  --master_addr $MASTER_ADDR \
+  --node_rank "$NODE_RANK" \
+  --master_addr "$MASTER_ADDR" \
   --master_port 6000 \
   pretrain_gpt.py \
   --num-layers 32 \
@@ -37,6 +52,19 @@ torchrun \
   --recompute-num-layers 1 \
   --bf16 \
   --optimizer adam \
-  --mock-data \
-  --tokenizer-type NullTokenizer \
-  --vocab-size 128256
+  --train-iters "$TRAIN_ITERS" \
+  --lr 0.0003 \
+  --min-lr 3e-05 \
+  --lr-decay-style cosine \
+  --lr-warmup-fraction 0.01 \
+  --weight-decay 0.1 \
+  --adam-beta1 0.9 \
+  --adam-beta2 0.95 \
+  --clip-grad 1.0 \
+  --save "$CHECKPOINT_DIR" \
+  --load "$CHECKPOINT_DIR" \
+  --save-interval 1000 \
+  --log-interval 10 \
+  --data-path "$DATA_PATH" \
+  --tokenizer-type HuggingFaceTokenizer \
+  --tokenizer-model "$TOKENIZER_MODEL"

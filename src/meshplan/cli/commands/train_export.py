@@ -9,7 +9,8 @@ import typer
 from meshplan.cli.common import user_errors
 from meshplan.cli.commands.train import build_plan
 from meshplan.errors import ConfigError, UnknownNameError
-from meshplan.export import EXPORTERS, export_plan
+from meshplan.cli.ranges import check
+from meshplan.export import EXPORTERS, RunSettings, export_plan
 from meshplan.export.retarget import retarget
 from meshplan.hardware import Cluster
 from meshplan.model import load_model
@@ -37,24 +38,46 @@ def export_command(
     target: str = typer.Option(..., "--target", help="megatron, torchtitan or deepspeed."),
     plan: Path = typer.Option(..., "--plan", help="Plan file, or the --json output of train plan."),
     index: int = typer.Option(1, "--index", help="Which plan of a `train plan --json` file (1 = best)."),
+    train_tokens: float = typer.Option(None, "--train-tokens", help="Tokens in the run: sets the "
+                                       "training length (default: the plan file's, else a "
+                                       "placeholder to fill in)."),
+    launcher: str = typer.Option("torchrun", "--launcher", help="megatron: torchrun (run the "
+                                 "script on every node) or slurm (an sbatch script)."),
 ) -> None:
     """Print the engine's launch config (command line, TOML or JSON) for a plan. A plan searched
     for another framework is re-targeted: it exports when every field has an equivalent in the
     target, else the error lists each field that has none."""
-    text, notes = export_entry(read_plan_file(plan, index), target)
+    check("train_tokens", train_tokens)
+    text, notes = export_entry(read_plan_file(plan, index), target, train_tokens, launcher)
     for note in notes:
         typer.echo(f"re-targeted {note}", err=True)
     typer.echo(text.rstrip("\n"))
 
 
-def export_entry(data: dict, target: str) -> tuple[str, list[str]]:
-    """(launch config, re-targeting notes) of one plan entry ({model, hardware, plan})."""
+def export_entry(data: dict, target: str, train_tokens: float | None = None,
+                 launcher: str = "torchrun") -> tuple[str, list[str]]:
+    """(launch config, re-targeting notes) of one plan entry ({model, hardware, plan}, and
+    `run.train_tokens` when the search had --train-tokens; `train_tokens` overrides it)."""
     spec = load_model(data["model"])
     cluster = Cluster.build(**data["hardware"])
     if target not in EXPORTERS:
         raise UnknownNameError("export target", target, EXPORTERS)
     resolved, notes = retarget(build_plan(**data["plan"]), target, spec, cluster)
-    return export_plan(target, spec, cluster, resolved), list(notes)
+    tokens = train_tokens if train_tokens is not None else _run_tokens(data)
+    run = RunSettings(train_tokens=tokens, launcher=launcher)
+    return export_plan(target, spec, cluster, resolved, run), list(notes)
+
+
+def _run_tokens(data: dict) -> float | None:
+    """The plan file's `run.train_tokens`, checked like the flag."""
+    run = data.get("run") or {}
+    if not isinstance(run, dict):
+        raise ConfigError(f"'run' must be a mapping like {{train_tokens: 1e12}}, not {run!r}")
+    tokens = run.get("train_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, (int, float))):
+        raise ConfigError(f"run.train_tokens {tokens!r}: give a number of tokens")
+    check("train_tokens", tokens)
+    return tokens
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ from meshplan.errors import ConfigError
 from meshplan.hardware import get_gpu
 from meshplan.model import load_model
 from meshplan.cli.commands.train import build_plan, extrapolation_lines
-from meshplan.training.layout.capabilities import frameworks_for, schedules_for
+from meshplan.training.layout.capabilities import feature_problems, frameworks_for, schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.search.economics import economics
 from meshplan.training.plan import TrainingPlan
@@ -178,8 +178,20 @@ def search_inputs(objective: str, price: float | None, tokens: float | None, seq
     if schedule is not None and schedule not in schedules_for(framework):
         raise ConfigError(f"--schedule {schedule!r}: {framework} runs "
                           f"{', '.join(schedules_for(framework)) or 'no pipeline schedule'}")
-    return build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
+    base = build_plan(seq_len=seq_len, global_batch_size=global_batch_size,
                       framework=framework, precision=precision, **plan_fields)
+    _check_features(base, pinned)
+    return base
+
+
+def _check_features(base: TrainingPlan, pinned: dict) -> None:
+    """A pinned recompute, offload or schedule the framework lacks is a usage error (exit 2)."""
+    fields = ("recompute", "recompute_num_layers", "offload_optimizer", "offload_activations",
+              "offload_params", "schedule")
+    found = feature_problems(base.framework, base.model_copy(
+        update={k: pinned[k] for k in fields if k in pinned}))
+    if found:
+        raise ConfigError(f"--framework {base.framework}: " + "; ".join(found))
 
 
 def search_size(spec, model: str, cluster, base: TrainingPlan, pinned: dict, objective: str, top: int,
@@ -192,8 +204,9 @@ def search_size(spec, model: str, cluster, base: TrainingPlan, pinned: dict, obj
     money = [economics(e.tokens_per_s_per_gpu, e.step_time_s, cluster.num_gpus, price, tokens)
              for e in result.ranked]
     tied = set(ties(result.ranked, result.scores).ranks)
-    entries = [{**plan_entry(e, model, cluster, s, m), **estimate_bands(spec, cluster, e).to_dict(),
-                "tied_with_winner": i in tied}
+    run = {"run": {"train_tokens": tokens}} if tokens is not None else {}
+    entries = [{**plan_entry(e, model, cluster, s, m), **run,
+                **estimate_bands(spec, cluster, e).to_dict(), "tied_with_winner": i in tied}
                for i, (e, s, m) in enumerate(zip(result.ranked, result.scores, money), 1)]
     return result, entries, money
 

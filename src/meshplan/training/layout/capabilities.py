@@ -1,14 +1,17 @@
-"""What each training framework can launch: one table that the plan search enumerates from and
-the exporters check against, so a searched plan always exports.
+"""What each training framework can do: one table that resolve, memory, time, the plan search
+and the exporters all consult, so no plan is priced, ranked or exported with a feature its
+framework lacks.
 
-Each entry names the engine feature it stands for. `problems()` lists every field of a resolved
-plan the framework cannot express, with the valid values; the exporters raise them all at once
-and the search skips such plans (and re-targeting a plan to another framework reports them).
+Each entry names the engine feature it stands for: recompute kinds, offload kinds, fine-tuning
+methods, pipeline schedules, sharding and parallel dimensions. `feature_problems()` (asked by
+`resolve_plan`, which every estimate passes through) refuses a plan that uses a recompute, offload,
+method or schedule its framework does not have; `problems()` adds what an exporter cannot write
+(the search skips such plans, the exporters raise them all at once, and re-targeting reports them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 
 from meshplan.errors import ConfigError
@@ -61,6 +64,10 @@ class Capability:
     """Query/key normalisations its model code has (None: the model comes from elsewhere)."""
     gated_activations: tuple[str, ...] | None = None
     """Activations of gated MLPs its model code has (None: any)."""
+    methods: tuple[str, ...] = ("full",)
+    """Fine-tuning methods it trains with (full, lora, qlora)."""
+    offload_kinds: tuple[str, ...] = ("optimizer", "activations", "params")
+    """What the framework can offload at all (its exporter may write less: the *_with fields)."""
 
 
 MEGATRON = Capability(
@@ -78,36 +85,55 @@ MEGATRON = Capability(
 for the distributed optimizer (--num-distributed-optimizer-instances); --tp-comm-overlap asserts
 --sequence-parallel; ranks ordered tp-cp-ep-dp-pp or, with --use-tp-pp-dp-mapping, tp-cp-ep-pp-dp;
 --qk-layernorm (per head) and --swiglu are the only qk norm and gated MLP; --optimizer adam only
-is written (decoupled weight decay); --cpu-offloading-num-layers is not whole-input offload."""
+is written (decoupled weight decay); --cpu-offloading (activations, and weights with
+--cpu-offloading-weights) is not whole-input offload, so it is priced but not exported."""
+
+HF = Capability(
+    exporter=None, dp_sharding=("none", "optimizer", "gradients", "full"),
+    recompute=("none", "full"), partial_recompute=False,
+    schedules={"gpipe": "any", "1f1b": "any", "interleaved": "looped", "zero-bubble": "flat"},
+    parallel=("tp", "pp", "cp", "ep"), precisions=("bf16", "fp16", "fp8", "fp4", "fp32"),
+    offload_optimizer=(False,), search_dp_sharding=("optimizer",),
+    hybrid_shard=("optimizer", "gradients", "full"), offload_with=("none", "optimizer", "gradients", "full"),
+    offload_params_with=("full",), offload_targets=("cpu", "nvme"),
+    optimizers=("adamw", "adam", "sgd", "adafactor"), methods=("full", "lora", "qlora"),
+    offload_kinds=("optimizer", "params"))
+"""Hugging Face Trainer with PEFT: `gradient_checkpointing=True` wraps whole decoder layers in
+torch.utils.checkpoint (transformers' GradientCheckpointingLayer), so recompute is none or full,
+never Megatron's selective (attention-core only) policy; optimizer and (ZeRO-3 / FSDP full
+shard) parameter offload through its DeepSpeed or FSDP integration, to CPU or NVMe, but no
+activation offload; full, LoRA and QLoRA (PEFT, bitsandbytes 4-bit). The layout axes stay those
+meshplan can cost for any framework (GENERIC)."""
 
 CAPABILITIES: dict[str, Capability] = {
     "megatron": MEGATRON,
-    "nemo": MEGATRON,
+    "nemo": replace(MEGATRON, methods=("full", "lora")),
+    "hf": HF,
     "torchtitan": Capability(
         exporter="torchtitan", dp_sharding=("none", "gradients", "full"),
         recompute=("none", "selective", "full"), partial_recompute=False,
         schedules={"gpipe": "flat", "1f1b": "flat", "interleaved": "looped"},
         parallel=("tp", "pp", "cp", "ep"), precisions=("bf16", "fp8", "fp32"),
         offload_optimizer=(False,), search_dp_sharding=("full",), fsdp_mesh=True,
-        hybrid_shard=("gradients", "full"), offload_with=("gradients", "full")),
+        hybrid_shard=("gradients", "full"), offload_with=("gradients", "full"),
+        offload_kinds=("optimizer", "params")),
     "deepspeed": Capability(
         exporter="deepspeed", dp_sharding=("none", "optimizer", "gradients", "full"),
         recompute=("none", "full"), partial_recompute=False, schedules={},
         parallel=(), precisions=("bf16", "fp16", "fp32"), offload_optimizer=(False, True),
-        search_dp_sharding=("optimizer", "gradients", "full"), hybrid_shard=("full",),
+        search_dp_sharding=("optimizer", "gradients", "full"),
         offload_with=("gradients", "full"), offload_activations_with=("full",),
-        offload_params_with=("full",), offload_targets=("cpu", "nvme")),
+        offload_params_with=("full",), offload_targets=("cpu", "nvme"),
+        methods=("full", "lora", "qlora")),
 }
 """torchtitan (job_config.py): FSDP2 (reshard or not after forward) or 1-D DDP; GPipe, 1F1B,
 Interleaved1F1B (torch.distributed.pipelining); no partial recompute; HSDP (replicate x shard,
-the shard degree a multiple of cp); FSDP CPU offload (enable_cpu_offload); no activation-offload
-key. DeepSpeed (config JSON): ZeRO 0-3 with optimizer offload for stages 2-3; MiCS
-(mics_shard_size) for hybrid ZeRO-3; cpu_checkpointing offloads what activation_checkpointing
+the shard degree a multiple of cp); FSDP CPU offload (enable_cpu_offload, parameters with the
+optimizer); no activation-offload key. DeepSpeed 0.19 (config JSON): ZeRO 0-3 with optimizer offload for stages 2-3; no hybrid
+ZeRO-3 (MiCS's mics_shard_size was removed in 0.19); cpu_checkpointing offloads what activation_checkpointing
 saves, so it needs full recompute; offload_param (ZeRO-3 only) and offload_optimizer take device
 cpu or nvme (ZeRO-Infinity); data parallelism only."""
-METHODS = {"hf": ("full", "lora", "qlora"), "deepspeed": ("full", "lora", "qlora"),
-           "fsdp": ("full", "lora", "qlora"), "nemo": ("full", "lora")}
-"""What each framework can train besides full fine-tuning (others: full only). Hugging Face
+"""Fine-tuning methods (Capability.methods; others: full only): Hugging Face
 Trainer, and DeepSpeed or PyTorch FSDP under it (accelerate), run PEFT's LoRA, and QLoRA with
 bitsandbytes 4-bit loading (PEFT docs: "DeepSpeed" and "FSDP" guides, QLoRA with ZeRO-3 / FSDP).
 NeMo 2 has LoRA (nemo.collections.llm.peft.LoRA on linear_qkv, linear_proj, linear_fc1,
@@ -118,8 +144,9 @@ FUSED_ADAPTERS = ("nemo",)
 
 
 def frameworks_for(method: str) -> tuple[str, ...]:
-    """Frameworks that can train with `method`."""
-    return tuple(f for f, methods in METHODS.items() if method in methods)
+    """Frameworks that can train with `method` (in the order hf, deepspeed, fsdp, nemo, ...)."""
+    names = ("hf", "deepspeed", "fsdp", *CAPABILITIES, *OTHERS)
+    return tuple(f for f in dict.fromkeys(names) if method in features(f).methods)
 
 
 EXPORT_TARGETS = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
@@ -130,12 +157,42 @@ GENERIC = Capability(
     schedules={"gpipe": "any", "1f1b": "any", "interleaved": "looped", "zero-bubble": "flat"},
     parallel=("tp", "pp", "cp", "ep"), precisions=("bf16", "fp16", "fp8", "fp4", "fp32"),
     offload_optimizer=(False,), search_dp_sharding=("optimizer",))
-"""Frameworks without an exporter (fsdp, hf, maxtext, ...): the search space meshplan can cost."""
+"""Frameworks without an entry of their own (maxtext, llm-foundry, other): the search space
+meshplan can cost; plans pinned beyond it are priced as given."""
+OTHERS = {"fsdp": replace(GENERIC, methods=("full", "lora", "qlora"))}
+"""PyTorch FSDP scripts (accelerate): GENERIC's space, with PEFT's LoRA and QLoRA."""
 
 
 def capability(framework: str) -> Capability | None:
-    """The framework's table entry; None for frameworks meshplan cannot export (hf, fsdp, ...)."""
+    """The framework's table entry; None for frameworks with none (fsdp, maxtext, ...)."""
     return CAPABILITIES.get(framework)
+
+
+def features(framework: str) -> Capability:
+    """What `framework` can do: its entry, else GENERIC (with fsdp's fine-tuning methods)."""
+    return CAPABILITIES.get(framework) or OTHERS.get(framework) or GENERIC
+
+
+def feature_problems(framework: str, plan) -> list[str]:
+    """The recompute kind, offload kinds, method and schedule of `plan` (a TrainingPlan or
+    resolved plan) that `framework` does not have, each with the valid choices."""
+    cap = capability(framework)
+    if cap is None:
+        return []
+    out = []
+    if plan.recompute not in cap.recompute:
+        out.append(f"recompute={plan.recompute!r}: {framework} offers {', '.join(cap.recompute)}")
+    if plan.recompute_num_layers is not None and not cap.partial_recompute:
+        out.append(f"recompute_num_layers={plan.recompute_num_layers}: {framework} recomputes whole "
+                   f"chunks only; leave it unset")
+    for kind in ("optimizer", "activations", "params"):
+        if getattr(plan, f"offload_{kind}") and kind not in cap.offload_kinds:
+            out.append(f"offload_{kind}: {framework} has no {kind} offload (it offloads "
+                       f"{', '.join(cap.offload_kinds) or 'nothing'}); turn it off")
+    if plan.pp > 1 and plan.schedule is not None and plan.schedule not in cap.schedules:
+        out.append(f"schedule={plan.schedule!r}: {framework} runs "
+                   f"{', '.join(cap.schedules) or 'no pipeline schedule'}")
+    return out
 
 
 def problems(framework: str, plan, model=None) -> list[str]:

@@ -15,7 +15,7 @@ from meshplan.memo import MISS, IdentityMemo
 from meshplan.model import lora
 from meshplan.model.counts import distinct_kinds
 from meshplan.model.spec import ModelSpec, MoEMLP
-from meshplan.training.layout.capabilities import FUSED_ADAPTERS, frameworks_for
+from meshplan.training.layout.capabilities import FUSED_ADAPTERS, feature_problems, frameworks_for
 from meshplan.training.imbalance.doclengths import check_spec, is_fixed
 from meshplan.training.time.kernels import profile_for
 from meshplan.training.plan import TrainingPlan
@@ -422,12 +422,21 @@ def _workload(plan: TrainingPlan, model: ModelSpec, warnings: list[str]) -> dict
             "expert_skew": skew, "moe_balance": plan.moe_balance if skew else "none"}
 
 
+def _check_features(plan: TrainingPlan) -> None:
+    """The capability table's verdict: no plan is priced with a recompute, offload or schedule
+    its framework does not have (the method is checked with the adapters)."""
+    found = feature_problems(plan.framework, plan)
+    if found:
+        raise PlanError(f"framework={plan.framework!r} cannot run this plan: " + "; ".join(found))
+
+
 def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> ResolvedPlan:
     """Check `plan` against `model` and `cluster` and fill every open field."""
     chosen: dict[str, str] = {}
     _check_rank_order(plan.rank_order)
     _check_precision(plan, cluster)
     _check_offload(plan)
+    _check_features(plan)
     dp = _resolve_dp(plan, cluster.num_gpus)
     _check_heads(plan, model)
     etp, expert_dp = _resolve_experts(plan, model, dp)

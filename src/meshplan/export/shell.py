@@ -1,0 +1,97 @@
+"""A bash launch script around one torchrun command: run on every node, or submitted to Slurm.
+
+The engine modules give the program and its arguments; this module writes the header, the
+placeholders a user must set (`VAR=${VAR:?what to set}` stops the script when one is missing)
+and the launcher. Values are quoted for the shell, except `$VAR` references to placeholders.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from meshplan.hardware import Cluster
+
+MASTER_PORT = 6000
+PLACEHOLDER = re.compile(r"^\$[A-Z_][A-Z0-9_]*$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Script:
+    """One engine launch: `program` run by torchrun on every GPU with `args`."""
+
+    title: str
+    notes: list[str]
+    """Header comment lines after the title (target version, how to run)."""
+    placeholders: list[tuple[str, str]]
+    """(VARIABLE, what to set it to): the script refuses to start while one is unset."""
+    program: str
+    args: list[tuple[str, object]]
+    """(flag, value) pairs; value None for a store_true flag."""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def comment(text: str) -> str:
+    """`text` as one line of a comment (no control characters)."""
+    return "# " + re.sub(r"[\x00-\x1f\x7f]", " ", text)
+
+
+def shell_word(value: object) -> str:
+    """`value` as one shell word: a placeholder reference stays expandable, the rest is quoted."""
+    text = str(value)
+    if PLACEHOLDER.match(text):
+        return f'"{text}"'
+    return shlex.quote(text)
+
+
+def _arg_lines(args: list[tuple[str, object]]) -> list[str]:
+    return [name if value is None else f"{name} {shell_word(value)}" for name, value in args]
+
+
+def _continued(lines: list[str]) -> list[str]:
+    return [lines[0] + " \\"] + [f"  {line} \\" for line in lines[1:-1]] + [f"  {lines[-1]}"]
+
+
+def _placeholders(script: Script, extra: list[tuple[str, str]]) -> list[str]:
+    out = ["# ---- set these before launching; the script stops while one is unset ----"]
+    for name, what in script.placeholders + extra:
+        out.append(f"{name}=${{{name}:?set {name} to {what}}}")
+    return out
+
+
+def _env(script: Script) -> list[str]:
+    return [f"export {k}={shell_word(v)}" for k, v in script.env.items()]
+
+
+def torchrun(script: Script, cluster: Cluster) -> str:
+    """Run on every node with NODE_RANK and MASTER_ADDR set."""
+    per_node = min(cluster.gpus_per_node, cluster.num_gpus)
+    extra = [("NODE_RANK", f"this node's index, 0 to {cluster.num_nodes - 1}"),
+             ("MASTER_ADDR", "the address of node 0")]
+    launch = ["torchrun", f"--nproc_per_node {per_node}", f"--nnodes {cluster.num_nodes}",
+              '--node_rank "$NODE_RANK"', '--master_addr "$MASTER_ADDR"',
+              f"--master_port {MASTER_PORT}", script.program]
+    head = ["#!/bin/bash", comment(script.title)] + [comment(n) for n in script.notes]
+    head.append(comment("torchrun launcher: run this script on every node, with NODE_RANK and MASTER_ADDR"))
+    body = _placeholders(script, extra) + _env(script)
+    return "\n".join(head + ["set -euo pipefail", ""] + body + [""]
+                     + _continued(launch + _arg_lines(script.args))) + "\n"
+
+
+def slurm(script: Script, cluster: Cluster, job_name: str) -> str:
+    """An sbatch script: one srun task per node, each a torchrun with c10d rendezvous."""
+    per_node = min(cluster.gpus_per_node, cluster.num_gpus)
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", job_name)
+    sbatch = [f"#SBATCH --job-name={name}", f"#SBATCH --nodes={cluster.num_nodes}",
+              "#SBATCH --ntasks-per-node=1", f"#SBATCH --gpus-per-node={per_node}",
+              "#SBATCH --exclusive"]
+    head = ["#!/bin/bash"] + sbatch + [comment(script.title)] + [comment(n) for n in script.notes]
+    head.append(comment("Slurm launcher: submit with sbatch (add --partition/--account/--time)"))
+    master = 'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)'
+    launch = ["srun torchrun", f"--nproc_per_node {per_node}", '--nnodes "$SLURM_NNODES"',
+              '--rdzv_id "$SLURM_JOB_ID"', "--rdzv_backend c10d",
+              f'--rdzv_endpoint "$MASTER_ADDR:{MASTER_PORT}"', script.program]
+    body = _placeholders(script, []) + [master] + _env(script)
+    return "\n".join(head + ["set -euo pipefail", ""] + body + [""]
+                     + _continued(launch + _arg_lines(script.args))) + "\n"
