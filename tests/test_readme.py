@@ -42,3 +42,9 @@ def test_docs_list_every_catalog_model_and_gpu():
         assert f"`{entry.name}`" in page, f"{entry.name} is not in {CATALOG_PAGE.name}"
     for gpu in list_gpus():
         assert f"`{gpu.name}`" in page, f"{gpu.name} is not in {CATALOG_PAGE.name}"
+
+
+def test_the_docs_index_page_quotes_the_readme_commands():
+    index = (REPO / "docs" / "index.md").read_text()
+    for command in _opening_commands():
+        assert command in index, command
