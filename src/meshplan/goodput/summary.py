@@ -138,3 +138,20 @@ def _assemble(training: float, stragglers: float, cost: CheckpointCost, r: Rates
                    wall_s=wall, expected_interruptions=unexpected + planned,
                    checkpoint_interval_s=tau, checkpoint=cost, mtbf_s=r.mtbf_s,
                    spare_gpus=options.hot_spare_nodes * cluster.gpus_per_node, has_budget=budget)
+
+
+def wall_clock_factor(model, cluster: Cluster, options: Resilience | None = None):
+    """A function (plan, objective) -> what goodput multiplies a failure-free score by: wall clock
+    over training time (the same for any step time), times paid GPUs over working GPUs for cost.
+    Plans with the same checkpoint size share one answer (the search asks once per size)."""
+    options = options or Resilience()
+    memo: dict[float, float] = {}
+    paid = (cluster.num_gpus + options.hot_spare_nodes * cluster.gpus_per_node) / cluster.num_gpus
+
+    def factor(plan, objective: str) -> float:
+        size = checkpoint_bytes(model, plan)
+        if size not in memo:
+            memo[size] = goodput(model, cluster, plan, 1.0, None, options).slowdown
+        return memo[size] * (paid if objective == "cost" else 1.0)
+
+    return factor
