@@ -108,3 +108,29 @@ def test_waterfall_adds_up_to_the_wall_clock(llama405b):
     assert sum(g.waterfall().values()) == pytest.approx(g.wall_s, rel=1e-9)
     assert set(g.to_dict()) == {"expected_interruptions", "checkpoint_interval_s",
                                 "effective_training_time_ratio", "days_to_train"}
+
+
+def test_time_to_train_search_ranks_by_the_effective_wall_clock():
+    """The search's time-to-train score is goodput's days_to_train of each ranked plan, and a
+    slower restart makes every plan's score longer (the same ranking key as `train plan`)."""
+    from meshplan.training.search.plans import search
+
+    model = load_model("llama-3.1-8b")
+    cluster = Cluster.build("h100-sxm-80gb", 64, gpus_per_node=8)
+    base = TrainingPlan(seq_len=4096, global_batch_size=256)
+    result = search(model, cluster, base, {"tp": 1, "pp": 1}, objective="time-to-train",
+                    train_tokens=1e12, top=2, workers=1)
+    for est, score in zip(result.ranked, result.scores):
+        days = goodput(model, cluster, est.plan, est.step_time_s, 1e12).to_dict()["days_to_train"]
+        assert score == pytest.approx(days)
+    slow = search(model, cluster, base, {"tp": 1, "pp": 1}, objective="time-to-train",
+                  train_tokens=1e12, top=2, workers=1, resilience=Resilience(restart_s=3600.0))
+    assert slow.scores[0] > result.scores[0]
+
+
+def test_sweep_rows_carry_goodput():
+    from meshplan.training.search.grid import COLUMNS, sweep_cell
+
+    row = sweep_cell(("llama-3.1-8b", "h100-sxm-80gb", 8, 4096), 2**20, "megatron")
+    assert set(row) <= set(COLUMNS) and row["status"] == "ok"
+    assert 0.9 < row["effective_training_time_ratio"] < 1.0 and row["interruptions_per_day"] > 0

@@ -140,18 +140,24 @@ def _assemble(training: float, stragglers: float, cost: CheckpointCost, r: Rates
                    spare_gpus=options.hot_spare_nodes * cluster.gpus_per_node, has_budget=budget)
 
 
+CHECKPOINT_FIELDS = ("framework", "precision", "optimizer", "method", "lora_rank", "lora_targets")
+"""The plan fields `checkpoint_bytes` reads (bytes per parameter, trained parameters)."""
+
+
 def wall_clock_factor(model, cluster: Cluster, options: Resilience | None = None):
     """A function (plan, objective) -> what goodput multiplies a failure-free score by: wall clock
     over training time (the same for any step time), times paid GPUs over working GPUs for cost.
-    Plans with the same checkpoint size share one answer (the search asks once per size)."""
+    The answer depends on a plan only through its checkpoint size, which depends only on
+    CHECKPOINT_FIELDS: the search asks once per distinct combination."""
     options = options or Resilience()
-    memo: dict[float, float] = {}
+    memo: dict[tuple, float] = {}
     paid = (cluster.num_gpus + options.hot_spare_nodes * cluster.gpus_per_node) / cluster.num_gpus
 
     def factor(plan, objective: str) -> float:
-        size = checkpoint_bytes(model, plan)
-        if size not in memo:
-            memo[size] = goodput(model, cluster, plan, 1.0, None, options).slowdown
-        return memo[size] * (paid if objective == "cost" else 1.0)
+        key = tuple(getattr(plan, name) for name in CHECKPOINT_FIELDS)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = goodput(model, cluster, plan, 1.0, None, options).slowdown
+        return hit * (paid if objective == "cost" else 1.0)
 
     return factor

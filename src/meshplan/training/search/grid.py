@@ -12,13 +12,17 @@ from meshplan.calibration.site import active_site
 
 COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "status", "tp", "pp", "vpp", "cp", "ep",
            "micro_batch_size", "recompute", "dp_sharding", "tokens_per_s_per_gpu", "mfu",
-           "step_time_s", "peak_bytes", "evaluated", "search_seconds")
+           "step_time_s", "peak_bytes", "evaluated", "search_seconds", "interruptions_per_day",
+           "checkpoint_interval_s", "effective_training_time_ratio")
+"""The CSV's columns; the last three are the best plan's goodput at the cited defaults
+(meshplan.goodput: failures, checkpoints, restarts, stragglers)."""
 
 
 def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framework: str) -> dict:
     """Search one grid cell; runs in a worker process, so it takes and returns plain data."""
     from meshplan import Cluster, load_model
     from meshplan.errors import MeshplanError
+    from meshplan.goodput import goodput
     from meshplan.training import TrainingPlan
     from meshplan.training.search.plans import search
 
@@ -29,7 +33,8 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
         base = TrainingPlan(seq_len=seq, global_batch_size=max(1, global_batch_tokens // seq),
                             framework=framework)
         # one process per cell: the sweep already runs cells in parallel
-        result = search(model, Cluster.build(gpu, gpus), base, {}, top=1, workers=1)
+        cluster = Cluster.build(gpu, gpus)
+        result = search(model, cluster, base, {}, top=1, workers=1)
     except MeshplanError as exc:
         return {**row, "status": f"error: {exc}"}
     row.update(evaluated=result.evaluated, search_seconds=round(result.seconds, 3))
@@ -42,6 +47,10 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
                dp_sharding=p.dp_sharding, tokens_per_s_per_gpu=round(best.tokens_per_s_per_gpu, 1),
                mfu=round(best.mfu, 4), step_time_s=round(best.step_time_s, 4),
                peak_bytes=int(best.memory.peak_bytes))
+    good = goodput(model, cluster, p, best.step_time_s)
+    row.update(interruptions_per_day=round(good.detail_dict()["interruptions_per_day"], 3),
+               checkpoint_interval_s=round(good.checkpoint_interval_s, 1),
+               effective_training_time_ratio=round(good.effective_training_time_ratio, 4))
     return row
 
 
