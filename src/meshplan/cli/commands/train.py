@@ -18,7 +18,7 @@ from meshplan.cli.conflicts import check_training_flags
 from meshplan.cli.common import console, finish, print_json, user_errors, with_site
 from meshplan.cli.lazy import new_app
 from meshplan.errors import ConfigError
-from meshplan.goodput import goodput
+from meshplan.goodput import Resilience, goodput
 from meshplan.goodput.render import goodput_json, goodput_lines
 from meshplan.model import load_model
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
@@ -257,7 +257,8 @@ def register(app: typer.Typer) -> None:
 def estimate(**flags) -> None:
     """Step time, tokens/s per GPU, MFU and where the time goes, for one training plan.
 
-    Also its goodput at scale: interruptions, checkpoints, restarts and stragglers."""
+    With --train-tokens (or a goodput flag), also its goodput at scale: interruptions,
+    checkpoints, restarts and stragglers (--json always carries it)."""
     json_out, trace, timeline = flags["json_out"], flags["trace"], flags.pop("timeline")
     html, given = flags["html"], html_option.inputs({**flags, "timeline": timeline})
     html_option.check(html)
@@ -289,8 +290,9 @@ def estimate(**flags) -> None:
         finish(est.memory.fits)
         return
     render_estimate(est, title, bands)
-    for line in goodput_lines(good, cluster.num_gpus, resilience.checkpoint_mode, price):
-        console.print(line, highlight=False, soft_wrap=True)
+    if tokens is not None or resilience != Resilience():  # asked about a run, not only a step
+        for line in goodput_lines(good, cluster.num_gpus, resilience.checkpoint_mode, price):
+            console.print(line, highlight=False, soft_wrap=True)
     if timeline:
         from meshplan.report import text_timeline
 
