@@ -134,3 +134,27 @@ def test_sweep_rows_carry_goodput():
     row = sweep_cell(("llama-3.1-8b", "h100-sxm-80gb", 8, 4096), 2**20, "megatron")
     assert set(row) <= set(COLUMNS) and row["status"] == "ok"
     assert 0.9 < row["effective_training_time_ratio"] < 1.0 and row["interruptions_per_day"] > 0
+
+
+def test_cli_estimate_and_plan_print_the_goodput_block():
+    import json
+
+    from typer.testing import CliRunner
+
+    from meshplan.cli.app import app
+
+    args = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm-80gb", "--num-gpus", "16",
+            "--global-batch-size", "64", "--train-tokens", "1e12", "--json"]
+    out = CliRunner().invoke(app, ["train", "estimate", "--tp", "2", *args,
+                                   "--checkpoint-mode", "async", "--hot-spare-nodes", "1"])
+    assert out.exit_code == 0, out.output
+    block = json.loads(out.stdout)["goodput"]
+    assert set(block) == {"expected_interruptions", "checkpoint_interval_s",
+                          "effective_training_time_ratio", "days_to_train"}
+    assert block["days_to_train"] > 0 and 0 < block["effective_training_time_ratio"] < 1
+    plan = CliRunner().invoke(app, ["train", "plan", *args, "--top", "1", "--objective",
+                                    "time-to-train", "--tp", "2", "--pp", "1"])
+    best = json.loads(plan.stdout)["plans"][0]
+    assert best["score"] == pytest.approx(best["goodput"]["days_to_train"])
+    bad = CliRunner().invoke(app, ["train", "estimate", *args, "--restart-minutes", "-1"])
+    assert bad.exit_code != 0 and "--restart-minutes" in bad.output
