@@ -11,17 +11,16 @@ WATERFALL_LABELS = {"training": "training", "stragglers": "stragglers",
 
 
 def run_money(g: Goodput, gpus: int, price_per_gpu_hour: float | None) -> dict[str, float | None]:
-    """Days, GPU-hours and USD of the run without and with failures (the spares are paid for);
-    None where the token budget or the price that sets them is missing."""
+    """GPU-hours and USD of the run without and with failures (the spares are paid for); None
+    where the token budget or the price that sets them is missing."""
+    names = ("gpu_hours_without_failures", "gpu_hours", "usd_without_failures", "usd")
     if not g.has_budget:
-        return {k: None for k in ("days_ideal", "days", "gpu_hours_ideal", "gpu_hours",
-                                  "usd_ideal", "usd")}
+        return dict.fromkeys(names)
     ideal_h = g.training_s * gpus / 3600.0
     real_h = g.wall_s * (gpus + g.spare_gpus) / 3600.0
     price = price_per_gpu_hour
-    return {"days_ideal": g.training_s / SECONDS_PER_DAY, "days": g.wall_s / SECONDS_PER_DAY,
-            "gpu_hours_ideal": ideal_h, "gpu_hours": real_h,
-            "usd_ideal": ideal_h * price if price else None, "usd": real_h * price if price else None}
+    return dict(zip(names, (ideal_h, real_h, ideal_h * price if price else None,
+                            real_h * price if price else None)))
 
 
 def goodput_lines(g: Goodput, gpus: int, mode: str, price_per_gpu_hour: float | None = None) -> list[str]:
@@ -41,9 +40,10 @@ def goodput_lines(g: Goodput, gpus: int, mode: str, price_per_gpu_hour: float | 
              f"  effective training time ratio {g.effective_training_time_ratio:.1%}"]
     if g.has_budget:
         m = run_money(g, gpus, price_per_gpu_hour)
-        lines.append(f"  days to train {m['days_ideal']:.1f} without failures, {m['days']:.1f} with; "
-                     f"GPU-hours {m['gpu_hours_ideal'] / 1e6:.2f}M / {m['gpu_hours'] / 1e6:.2f}M"
-                     + (f"; USD {m['usd_ideal']:,.0f} / {m['usd']:,.0f}" if m["usd"] else ""))
+        lines.append(f"  days to train {g.training_s / SECONDS_PER_DAY:.1f} without failures, "
+                     f"{g.wall_s / SECONDS_PER_DAY:.1f} with; GPU-hours "
+                     f"{m['gpu_hours_without_failures'] / 1e6:.2f}M / {m['gpu_hours'] / 1e6:.2f}M"
+                     + (f"; USD {m['usd_without_failures']:,.0f} / {m['usd']:,.0f}" if m["usd"] else ""))
     return lines
 
 

@@ -323,7 +323,7 @@ MONEY_COLUMNS = (("USD/step", "usd_per_step", "{:,.2f}"), ("USD/Mtok", "usd_per_
                  ("GPU-hours", "run_gpu_hours", "{:,.0f}"), ("run USD", "run_usd", "{:,.0f}"),
                  ("interruptions", "expected_interruptions", "{:,.0f}"),
                  ("ETTR", "effective_training_time_ratio", "{:.1%}"),
-                 ("days w/ failures", "days", "{:,.1f}"),
+                 ("days w/ failures", "days_to_train", "{:,.1f}"),
                  ("GPU-hours w/ failures", "gpu_hours", "{:,.0f}"), ("run USD w/ failures", "usd", "{:,.0f}"))
 """Cost and time columns, shown when the inputs that set them were given (a price, a budget);
 the goodput ones (failures, checkpoints, restarts, stragglers) with a token budget."""
@@ -372,7 +372,7 @@ def render(result: SearchResult, title: str, cluster, money: list[dict] | None =
 def _render_money(money: list[dict]) -> None:
     """Cost and time to train per ranked plan, when a price or a token budget was given."""
     money = [{**m, **m.get("goodput", {}), **m.get("goodput_detail", {})} for m in money]
-    if not money or money[0].get("days") is None:  # without a budget, goodput adds no column
+    if not money or money[0].get("days_to_train") is None:  # without a budget, no goodput column
         money = [{k: v for k, v in m.items() if k != "effective_training_time_ratio"} for m in money]
     shown = [c for c in MONEY_COLUMNS if money and money[0].get(c[1]) is not None]
     _numbered_table([c[0] for c in shown], [[fmt.format(m[key]) for _, key, fmt in shown] for m in money])
