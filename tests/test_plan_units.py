@@ -35,11 +35,16 @@ def test_json_has_named_cost_and_time_fields_and_the_score_unit():
     data = json.loads(out.stdout)
     assert data["score_unit"] == "USD per million tokens"
     best = data["plans"][0]
-    assert best["score"] == pytest.approx(best["usd_per_million_tokens"])
+    # the objectives count goodput: the score is the failure-free figure times wall over training
+    real = best["goodput_detail"]
+    assert best["score"] == pytest.approx(
+        best["usd_per_million_tokens"] * real["usd"] / real["usd_without_failures"])
     assert best["run_usd"] == pytest.approx(best["run_gpu_hours"] * 2.5)
+    assert real["usd_without_failures"] == pytest.approx(best["run_usd"])
     days = json.loads(runner.invoke(app, [*ARGS, "--objective", "time-to-train", "--train-tokens",
                                           "1e12", "--json"]).stdout)["plans"][0]
-    assert days["score"] == pytest.approx(days["time_to_train_days"]) and days["usd_per_step"] is None
+    assert days["score"] == pytest.approx(days["goodput"]["days_to_train"])
+    assert days["score"] > days["time_to_train_days"] and days["usd_per_step"] is None
 
 
 def test_table_shows_dollars_and_days():

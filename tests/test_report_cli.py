@@ -55,7 +55,9 @@ def test_train_memory_html_with_json(tmp_path):
 def test_train_estimate_html_has_breakdown_gantt_and_memory(tmp_path):
     out = tmp_path / "estimate.html"
     data = json.loads(run("train", "estimate", *TRAIN, "--json", "--html", out).stdout)
-    breakdown, gantt, memory = figures(out)
+    breakdown, gantt, memory, waterfall = figures(out)
+    hours = [v / 3600 for v in data["goodput_detail"]["waterfall_s"].values()]  # per day of training
+    assert waterfall["data"][0]["y"][:-1] == pytest.approx(hours)
     shown = {k.replace("_", " "): v for k, v in data["breakdown"].items() if v > 0}
     assert breakdown["data"][0]["y"] == list(shown) and breakdown["data"][0]["x"] == pytest.approx(list(shown.values()))
     assert {t["name"] for t in gantt["data"]} >= {"F", "B"}

@@ -74,7 +74,7 @@ def test_train_memory_and_estimate_answer_the_cli_json(client, command):
 def test_estimate_with_plots_carries_the_report_page(client):
     data = client.post("/api/train/estimate?plots=true", json=TRAIN).json()
     titles = [s["title"] for s in data["report"]["sections"]]
-    assert titles == ["Step time breakdown", "Pipeline timeline", "Memory per stage"]
+    assert titles == ["Step time breakdown", "Pipeline timeline", "Memory per stage", "Goodput at scale"]
     breakdown = json.loads(data["report"]["sections"][0]["figure"])
     assert breakdown["data"] and dict(data["report"]["headline"])["step time"].endswith(" s")
 

@@ -81,6 +81,14 @@ RANGES: dict[str, Range] = {
     "price_per_gpu_hour": R(0.0001, 10_000, "a price per GPU-hour", "USD"),
     "price": R(0.0001, 10_000, "a price per GPU-hour", "USD"),
     "train_tokens": R(1, 1e17, "a token budget"),
+    # goodput at scale: failures, restarts, checkpoints, stragglers
+    "restart_minutes": R(0, 10_080, "a restart time", "minutes"),
+    "reschedule_minutes": R(0, 10_080, "a re-scheduling time", "minutes"),
+    "hot_spare_nodes": R(0, 100_000, "a spare node count"),
+    "checkpoint_write_gb_per_s": R(0.001, 1_000_000, "a storage write bandwidth", "GB/s"),
+    "checkpoint_read_gb_per_s": R(0.001, 1_000_000, "a storage read bandwidth", "GB/s"),
+    "checkpoint_interval_minutes": R(0.01, 1_000_000, "a checkpoint interval", "minutes"),
+    "straggler_cv": R(0, 1, "a coefficient of variation", open_high=True),
     # serving workload, engine and objectives
     "request_rate": R(0.001, 1_000_000, "a request rate", "requests/s"),
     "rates": R(0.001, 1_000_000, "a request rate", "requests/s"),

@@ -54,10 +54,11 @@ def _band_notes(reasons) -> list[str]:
             for r in reasons]
 
 
-def estimate_page(est: StepEstimate, title: str, command: str, inputs: Mapping, bands=None) -> Report:
+def estimate_page(est: StepEstimate, title: str, command: str, inputs: Mapping, bands=None,
+                  goodput=None) -> Report:
     """`train estimate`: throughput, MFU (with their p10-p90 bands when given), the time
-    breakdown, the pipeline Gantt and memory. `est` must carry its pipeline events
-    (estimate_step(..., with_events=True))."""
+    breakdown, the pipeline Gantt, memory, and (given a Goodput) the run's wall-clock waterfall.
+    `est` must carry its pipeline events (estimate_step(..., with_events=True))."""
     headline = [("step time", f"{est.step_time_s:.3f} s"),
                 ("tokens/s per GPU", f"{est.tokens_per_s_per_gpu:,.0f}"),
                 ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),
@@ -68,13 +69,16 @@ def estimate_page(est: StepEstimate, title: str, command: str, inputs: Mapping, 
                 Section(title="Pipeline timeline", figure=ft.timeline_figure(est),
                         text="One row per stage and stream, as in the Chrome trace (--trace)."),
                 Section(title="Memory per stage", figure=ft.memory_figure(est.memory))]
+    if goodput is not None:
+        headline += goodput_headline(goodput)
+        sections.append(goodput_section(goodput))
     notes = _plan_notes(est.memory) + _band_notes(bands.extrapolating if bands else ())
     return Report(title=title, command=command, inputs=inputs, headline=headline, notes=notes,
                   sections=sections)
 
 
 def plan_page(results: Mapping[int, SearchResult], title: str, command: str, inputs: Mapping,
-              price_per_gpu_hour: float | None = None) -> Report:
+              price_per_gpu_hour: float | None = None, goodput=None) -> Report:
     """`train plan`: the ranked plans' throughput against their cost, GPUs or memory with the
     Pareto frontier, the winner and the runner-up side by side, and why the winner wins."""
     ranked = fp.ranked_overall(results)
@@ -91,7 +95,31 @@ def plan_page(results: Mapping[int, SearchResult], title: str, command: str, inp
     if len(ranked) > 1:
         sections.append(Section(title="Winner and runner-up",
                                 figure=fp.comparison_figure(ranked[0][1], ranked[1][1])))
+    if goodput is not None:
+        headline += goodput_headline(goodput)
+        sections.append(goodput_section(goodput))
     return Report(title=title, command=command, inputs=inputs, headline=headline, sections=sections)
+
+
+def goodput_headline(g) -> list[tuple[str, str]]:
+    """Headline rows of a Goodput: interruptions, checkpoint interval, ETTR, days."""
+    d = g.to_dict()
+    rows = [("interruptions per day", f"{g.detail_dict()['interruptions_per_day']:.1f}"),
+            ("checkpoint interval", f"{g.checkpoint_interval_s / 60:.1f} min"),
+            ("effective training time", f"{d['effective_training_time_ratio']:.1%}")]
+    if d["days_to_train"] is not None:
+        rows.append(("days to train (with failures)", f"{d['days_to_train']:.1f}"))
+    return rows
+
+
+def goodput_section(g) -> Section:
+    """The wall-clock waterfall of a Goodput."""
+    from meshplan.report.figures_goodput import waterfall_figure
+
+    return Section(title="Goodput at scale", figure=waterfall_figure(g),
+                   text="Failures (Llama 3's interruption rates scaled by GPUs, nodes and links), "
+                        "checkpoint stalls at the Young/Daly interval, work lost since the last "
+                        "checkpoint, restarts and the slowest of N GPUs (meshplan.goodput).")
 
 
 def sweep_page(rows: Sequence[dict], title: str, command: str, inputs: Mapping) -> Report:

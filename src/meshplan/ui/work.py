@@ -39,9 +39,13 @@ def train_estimate(body: dict, plots: bool = False) -> dict:
     from meshplan.training.choose import best_plan
     from meshplan.training.estimate_report import estimate_dict
 
+    from meshplan.goodput import goodput
+    from meshplan.goodput.render import goodput_json
+
     spec, cluster, plan = _training_inputs(body)
     est = best_plan(plan, spec, cluster)
-    bands = estimate_bands(spec, cluster, est).to_dict()
+    good = goodput(spec, cluster, est.plan, est.step_time_s)  # the CLI's defaults
+    bands = {**estimate_bands(spec, cluster, est).to_dict(), **goodput_json(good, cluster.num_gpus, None)}
     if not plots:
         return {**estimate_dict(est), **bands}
     from dataclasses import replace
@@ -54,7 +58,7 @@ def train_estimate(body: dict, plots: bool = False) -> dict:
         from meshplan.report.pages_training import estimate_page
 
         return estimate_page(est, f"{_title(spec, cluster)}: one training step", "meshplan train estimate",
-                             inputs(body), estimate_bands(spec, cluster, est))
+                             inputs(body), estimate_bands(spec, cluster, est), good)
 
     return {**estimate_dict(est), **bands, "report": report_json(page)}
 

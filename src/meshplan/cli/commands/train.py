@@ -12,11 +12,14 @@ from pydantic import ValidationError
 
 from meshplan.bands.training import estimate_bands, memory_bands
 from meshplan.cli import html_option
+from meshplan.cli import goodput_options
 from meshplan.cli import options as opt
 from meshplan.cli.conflicts import check_training_flags
 from meshplan.cli.common import console, finish, print_json, user_errors, with_site
 from meshplan.cli.lazy import new_app
 from meshplan.errors import ConfigError
+from meshplan.goodput import Resilience, goodput
+from meshplan.goodput.render import goodput_json, goodput_lines
 from meshplan.model import load_model
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
 from meshplan.training.memory.total import MemoryEstimate
@@ -245,23 +248,34 @@ def register(app: typer.Typer) -> None:
 @with_plan_flags({
     "trace": (Path, typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace of the step.")),
     "timeline": (bool, typer.Option(False, "--timeline", help="Print the pipeline as text.")),
+    "train_tokens": (float, typer.Option(None, help="Tokens in the run: adds days, GPU-hours (and "
+                                         "cost with a price) to train, with and without failures.")),
+    "price_per_gpu_hour": (float, typer.Option(None, help="USD per GPU-hour: adds the run's cost "
+                                               "(with --train-tokens).")),
+    **goodput_options.FLAGS,
 })
 def estimate(**flags) -> None:
-    """Step time, tokens/s per GPU, MFU and where the time goes, for one training plan."""
+    """Step time, tokens/s per GPU, MFU and where the time goes, for one training plan.
+
+    With --train-tokens (or a goodput flag), also its goodput at scale: interruptions,
+    checkpoints, restarts and stragglers (--json always carries it)."""
     json_out, trace, timeline = flags["json_out"], flags["trace"], flags.pop("timeline")
     html, given = flags["html"], html_option.inputs({**flags, "timeline": timeline})
     html_option.check(html)
+    tokens, price = flags.pop("train_tokens"), flags.pop("price_per_gpu_hour")
+    resilience = goodput_options.pop_resilience(flags)
     spec, cluster, plan = parse_inputs(flags)
     title = f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
     est = best_plan(plan, spec, cluster)
     if trace is not None or timeline or html is not None:
         est = replace(estimate_step(spec, cluster, est.plan, with_events=True), plan=est.plan)
+    good = goodput(spec, cluster, est.plan, est.step_time_s, tokens, resilience)
 
     def page():
         from meshplan.report.pages_training import estimate_page
 
         return estimate_page(est, f"{title}: one training step", "meshplan train estimate", given,
-                             estimate_bands(spec, cluster, est))
+                             estimate_bands(spec, cluster, est), good)
 
     if trace is not None:
         from meshplan.report import chrome_trace, write_trace
@@ -270,11 +284,15 @@ def estimate(**flags) -> None:
                                         metadata={"model": spec.name, "gpu": cluster.gpu.name}))
     bands = estimate_bands(spec, cluster, est)
     if json_out:
-        print_json({**estimate_dict(est), **bands.to_dict()})
+        print_json({**estimate_dict(est), **bands.to_dict(),
+                    **goodput_json(good, cluster.num_gpus, price)})
         html_option.write(html, page)
         finish(est.memory.fits)
         return
     render_estimate(est, title, bands)
+    if tokens is not None or resilience != Resilience():  # asked about a run, not only a step
+        for line in goodput_lines(good, cluster.num_gpus, resilience.checkpoint_mode, price):
+            console.print(line, highlight=False, soft_wrap=True)
     if timeline:
         from meshplan.report import text_timeline
 

@@ -19,6 +19,9 @@ from meshplan.cli.commands.train import build_plan, extrapolation_lines
 from meshplan.training.layout.capabilities import feature_problems, frameworks_for, schedules_for
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.search.economics import economics
+from meshplan.cli import goodput_options
+from meshplan.goodput import Resilience, goodput
+from meshplan.goodput.render import goodput_json
 from meshplan.training.plan import TrainingPlan
 from meshplan.training.search.plans import OBJECTIVE_UNITS, SearchResult, search, why_winner
 from meshplan.training.search.sweep import PARALLEL_FROM, default_workers
@@ -111,6 +114,14 @@ def plan_command(
     train_tokens: float = typer.Option(None, help="Tokens in the run: adds days and GPU-hours to "
                                        "train; needed by --objective time-to-train."),
     top: int = typer.Option(5, help="Plans to show per cluster size."),
+    restart_minutes: float = goodput_options.RESTART,
+    reschedule_minutes: float = goodput_options.RESCHEDULE,
+    hot_spare_nodes: int = goodput_options.HOT_SPARES,
+    checkpoint_write_gb_per_s: float = goodput_options.CKPT_WRITE,
+    checkpoint_read_gb_per_s: float = goodput_options.CKPT_READ,
+    checkpoint_mode: str = goodput_options.CKPT_MODE,
+    checkpoint_interval_minutes: float = goodput_options.CKPT_INTERVAL,
+    straggler_cv: float = goodput_options.STRAGGLER_CV,
     workers: int = typer.Option(None, "--workers", help="Processes sharing a large search (from "
                                 f"{PARALLEL_FROM:,} candidates; default: on Linux the CPUs this "
                                 "process may use, elsewhere 1). The ranking is the same."),
@@ -127,16 +138,17 @@ def plan_command(
                          global_batch_tokens, framework, precision, pinned, doc_lengths=doc_lengths,
                          expert_skew=expert_skew, balance=balance, moe_balance=moe_balance,
                          method=method, lora_rank=lora_rank, lora_targets=lora_targets)
+    resilience = goodput_options.pop_resilience(dict(locals()))
     spec = load_model(model)
     check_training_flags({"expert_skew": expert_skew, "moe_balance": moe_balance}, spec)
-    entries, searches, results = [], [], {}
+    entries, searches, results, clusters = [], [], {}, {}
     host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}
     for n in parse_counts(num_gpus):
-        cluster = opt.build_cluster(gpu, n, gpus_per_node, None, None, None, **host)
+        cluster = clusters[n] = opt.build_cluster(gpu, n, gpus_per_node, None, None, None, **host)
         with progress(f"searching {n} GPUs", show_progress(quiet, json_out), thread=False) as update:
             result, ranked, money = search_size(spec, model, cluster, base, pinned, objective, top,
                                                 price_per_gpu_hour, train_tokens, update,
-                                                workers or default_workers())
+                                                workers or default_workers(), resilience)
         entries += ranked
         searches.append(search_dict(result, n))
         results[n] = result
@@ -151,10 +163,21 @@ def plan_command(
         from meshplan.report.pages_training import plan_page
 
         return plan_page(results, f"{spec.name} on {num_gpus} x {gpu}: plan search", "meshplan train plan", given,
-                         price_per_gpu_hour)
+                         price_per_gpu_hour, winner_goodput(spec, results, clusters, train_tokens, resilience))
 
     html_option.write(html, page)
     finish(bool(entries))  # exit 1 when no requested cluster size has a plan that fits
+
+
+def winner_goodput(spec, results: dict, clusters: dict, tokens: float | None,
+                   resilience: Resilience):
+    """The Goodput of the best plan over the searched sizes (None when nothing fits)."""
+    best = min(((r.scores[0], n) for n, r in results.items() if r.ranked), default=None)
+    if best is None:
+        return None
+    n = best[1]
+    est = results[n].ranked[0]
+    return goodput(spec, clusters[n], est.plan, est.step_time_s, tokens, resilience)
 
 
 def search_inputs(objective: str, price: float | None, tokens: float | None, seq_len: int,
@@ -196,12 +219,16 @@ def _check_features(base: TrainingPlan, pinned: dict) -> None:
 
 def search_size(spec, model: str, cluster, base: TrainingPlan, pinned: dict, objective: str, top: int,
                 price: float | None, tokens: float | None, update=None,
-                workers: int = 1) -> tuple[SearchResult, list, list]:
-    """Search one cluster size: (the result, its ranked `plan_entry` dicts, their economics)."""
+                workers: int = 1, resilience: Resilience | None = None) -> tuple[SearchResult, list, list]:
+    """Search one cluster size: (the result, its ranked `plan_entry` dicts, their economics and
+    goodput)."""
     check_pins(pinned, cluster.num_gpus)
     result = search(spec, cluster, base, pinned, objective=objective, top=top,
-                    price_per_gpu_hour=price, train_tokens=tokens, progress=update, workers=workers)
-    money = [economics(e.tokens_per_s_per_gpu, e.step_time_s, cluster.num_gpus, price, tokens)
+                    price_per_gpu_hour=price, train_tokens=tokens, progress=update, workers=workers,
+                    resilience=resilience)
+    money = [{**economics(e.tokens_per_s_per_gpu, e.step_time_s, cluster.num_gpus, price, tokens),
+              **goodput_json(goodput(spec, cluster, e.plan, e.step_time_s, tokens, resilience),
+                             cluster.num_gpus, price)}
              for e in result.ranked]
     tied = set(ties(result.ranked, result.scores).ranks)
     run = {"run": {"train_tokens": tokens}} if tokens is not None else {}
@@ -306,8 +333,13 @@ def _numbered_table(headers: list[str], rows: list[list[str]]) -> None:
 
 MONEY_COLUMNS = (("USD/step", "usd_per_step", "{:,.2f}"), ("USD/Mtok", "usd_per_million_tokens", "{:,.3f}"),
                  ("days to train", "time_to_train_days", "{:,.1f}"),
-                 ("GPU-hours", "run_gpu_hours", "{:,.0f}"), ("run USD", "run_usd", "{:,.0f}"))
-"""Cost and time columns, shown when the inputs that set them were given (a price, a budget)."""
+                 ("GPU-hours", "run_gpu_hours", "{:,.0f}"), ("run USD", "run_usd", "{:,.0f}"),
+                 ("interruptions", "expected_interruptions", "{:,.0f}"),
+                 ("ETTR", "effective_training_time_ratio", "{:.1%}"),
+                 ("days w/ failures", "days_to_train", "{:,.1f}"),
+                 ("GPU-hours w/ failures", "gpu_hours", "{:,.0f}"), ("run USD w/ failures", "usd", "{:,.0f}"))
+"""Cost and time columns, shown when the inputs that set them were given (a price, a budget);
+the goodput ones (failures, checkpoints, restarts, stragglers) with a token budget."""
 
 
 def render(result: SearchResult, title: str, cluster, money: list[dict] | None = None,
@@ -352,6 +384,9 @@ def render(result: SearchResult, title: str, cluster, money: list[dict] | None =
 
 def _render_money(money: list[dict]) -> None:
     """Cost and time to train per ranked plan, when a price or a token budget was given."""
+    money = [{**m, **m.get("goodput", {}), **m.get("goodput_detail", {})} for m in money]
+    if not money or money[0].get("days_to_train") is None:  # without a budget, no goodput column
+        money = [{k: v for k, v in m.items() if k != "effective_training_time_ratio"} for m in money]
     shown = [c for c in MONEY_COLUMNS if money and money[0].get(c[1]) is not None]
     _numbered_table([c[0] for c in shown], [[fmt.format(m[key]) for _, key, fmt in shown] for m in money])
 

@@ -13,9 +13,11 @@ from meshplan.calibration.site import active_site
 COLUMNS = ("model", "gpu", "num_gpus", "seq_len", "status", "tp", "pp", "vpp", "cp", "ep",
            "micro_batch_size", "recompute", "dp_sharding", "tokens_per_s_per_gpu", "tokens_per_s_low",
            "tokens_per_s_high", "mfu", "step_time_s", "peak_bytes", "extrapolating", "evaluated",
-           "search_seconds")
+           "search_seconds", "interruptions_per_day", "checkpoint_interval_s",
+           "effective_training_time_ratio")
 """CSV columns; tokens_per_s_low/high: the p10-p90 band (meshplan.bands), extrapolating: its
-reasons joined by '; ' (empty inside the calibrated regimes)."""
+reasons joined by '; ' (empty inside the calibrated regimes); the last three: the best plan's
+goodput at the cited defaults (meshplan.goodput: failures, checkpoints, restarts, stragglers)."""
 
 
 def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framework: str) -> dict:
@@ -23,6 +25,7 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
     from meshplan import Cluster, load_model
     from meshplan.bands.training import estimate_bands
     from meshplan.errors import MeshplanError
+    from meshplan.goodput import goodput
     from meshplan.training import TrainingPlan
     from meshplan.training.search.plans import search
 
@@ -50,6 +53,10 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
                dp_sharding=p.dp_sharding, tokens_per_s_per_gpu=round(best.tokens_per_s_per_gpu, 1),
                mfu=round(best.mfu, 4), step_time_s=round(best.step_time_s, 4),
                peak_bytes=int(best.memory.peak_bytes))
+    good = goodput(model, cluster, p, best.step_time_s)
+    row.update(interruptions_per_day=round(good.detail_dict()["interruptions_per_day"], 3),
+               checkpoint_interval_s=round(good.checkpoint_interval_s, 1),
+               effective_training_time_ratio=round(good.effective_training_time_ratio, 4))
     return row
 
 

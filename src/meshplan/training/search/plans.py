@@ -10,6 +10,8 @@ from dataclasses import dataclass, field, replace
 
 from meshplan.errors import ConfigError
 from meshplan.gcpause import cyclic_gc_paused
+from meshplan.goodput import Resilience
+from meshplan.goodput.summary import wall_clock_factor
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.training.estimate import StepEstimate, estimate_from_parts
@@ -167,7 +169,8 @@ def _balance_axes(base: TrainingPlan, model: ModelSpec, pinned: dict) -> dict:
 
 OBJECTIVE_UNITS = {"throughput": "-tokens/s/GPU", "cost": "USD per million tokens",
                    "time-to-train": "days"}
-"""What `score` measures for each objective (lower is better)."""
+"""What `score` measures for each objective (lower is better); cost and time-to-train count
+goodput (failures, checkpoints, restarts, stragglers: `meshplan.goodput`)."""
 
 
 def score(est: StepEstimate, objective: str, price_per_gpu_hour: float | None,
@@ -196,27 +199,33 @@ def search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict,
            objective: str = "throughput", top: int = 5, price_per_gpu_hour: float | None = None,
            train_tokens: float | None = None,
            progress: Callable[[int, int], None] | None = None,
-           workers: int | None = None) -> SearchResult:
+           workers: int | None = None, resilience: Resilience | None = None) -> SearchResult:
     """Evaluate every supported plan, keep those that fit, rank them by `objective`;
     `progress(done, total)` is told how far the enumeration is; a large search is shared by
     `workers` processes (`search_sweep`; None: `default_workers()`), with the same result.
     Offload tiers beyond the optimizer's (activations, parameters, NVMe) are searched only when
     nothing fits without them, which keeps the search's size; a plan they enable could
     occasionally win where others fit (a larger micro-batch whose copies hide); a tier pinned in
-    `pinned` is used in both."""
+    `pinned` is used in both. Cost and time-to-train rank by the effective wall clock of
+    `resilience` (None: the cited defaults), so a plan with a smaller checkpoint can win."""
     with cyclic_gc_paused():
         return _search(model, cluster, base, pinned, objective, top, price_per_gpu_hour,
-                       train_tokens, progress, default_workers() if workers is None else workers)
+                       train_tokens, progress, default_workers() if workers is None else workers,
+                       resilience)
 
 
 def _search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict, objective: str,
             top: int, price_per_gpu_hour: float | None, train_tokens: float | None,
-            progress: Callable[[int, int], None] | None, workers: int) -> SearchResult:
+            progress: Callable[[int, int], None] | None, workers: int,
+            resilience: Resilience | None = None) -> SearchResult:
     start = time.perf_counter()
+    goodput_of = (wall_clock_factor(model, cluster, resilience)
+                  if objective in ("cost", "time-to-train") else None)
 
     def key_of(step_s: float, plan) -> float:
-        return score_step(step_s, plan, objective, price_per_gpu_hour, cluster.num_gpus,
-                          train_tokens)
+        raw = score_step(step_s, plan, objective, price_per_gpu_hour, cluster.num_gpus,
+                         train_tokens)
+        return raw if goodput_of is None else raw * goodput_of(plan, objective)
 
     task = Task(base, list(candidate_updates(base, model, cluster, pinned)), model, cluster, key_of)
     found = sweep(task, progress, workers)
@@ -228,8 +237,7 @@ def _search(model: ModelSpec, cluster: Cluster, base: TrainingPlan, pinned: dict
         too_big += [(task, i) for i in more.too_big]
         found.add(more)
     ranked = _best(model, cluster, task, found.fitting, key_of, top)
-    scores = tuple(score(e, objective, price_per_gpu_hour, cluster.num_gpus, train_tokens)
-                   for e in ranked)
+    scores = tuple(key_of(e.step_time_s, e.plan) for e in ranked)
     closest = () if ranked else _closest(model, cluster, too_big)
     return SearchResult(ranked, found.evaluated, found.invalid, len(too_big),
                         time.perf_counter() - start, objective, scores, closest=closest,
