@@ -36,6 +36,7 @@ mock-data stand-in: replace them with --data-path and your tokenizer.
 
 from __future__ import annotations
 
+from meshplan.export.shell import Raw, comment_text, word
 from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, ModelSpec, MoEMLP
 from meshplan.training.layout.resolve import ResolvedPlan
@@ -97,7 +98,7 @@ def _mlp_flags(model: ModelSpec, plan: ResolvedPlan) -> Flags:
         return flags
     flags += [("--num-experts", moe.num_experts)]
     if (freq := _moe_layer_freq(model)) is not None:
-        flags.append(("--moe-layer-freq", f'"{freq}"'))
+        flags.append(("--moe-layer-freq", Raw(f'"{freq}"')))
     flags += [("--moe-router-topk", moe.top_k),
               ("--moe-ffn-hidden-size", moe.expert.intermediate_size)]
     if moe.shared is not None:
@@ -143,7 +144,7 @@ def _pipeline_flags(model: ModelSpec, plan: ResolvedPlan) -> Flags:
         return [("--num-virtual-stages-per-pipeline-rank", plan.vpp)] if plan.vpp > 1 else []
     stages = ["t" * n for n in sizes]
     stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
-    return [("--pipeline-model-parallel-layout", f'"{"|".join(stages)}"')]
+    return [("--pipeline-model-parallel-layout", Raw(f'"{"|".join(stages)}"'))]
 
 
 def _sharding_flags(plan: ResolvedPlan) -> Flags:
@@ -223,11 +224,17 @@ def flags(model: ModelSpec, plan: ResolvedPlan) -> Flags:
     return out
 
 
+def _word(value: object) -> str:
+    """A flag value as one shell word (floats as Python writes them: 8.0)."""
+    return word(value if isinstance(value, str) else str(value))
+
+
 def export(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> str:
     """A torchrun command line launching Megatron-LM's pretrain_gpt.py with `plan`."""
-    args = [name if value is None else f"{name} {value}" for name, value in flags(model, plan)]
+    args = [name if value is None else f"{name} {_word(value)}" for name, value in flags(model, plan)]
     lines = _launcher(cluster, plan) + args
-    header = [f"# Megatron-LM launch for {model.name} on {cluster.num_gpus} x {cluster.gpu.name}",
+    header = [f"# Megatron-LM launch for {comment_text(model.name)} on {cluster.num_gpus} x "
+              f"{comment_text(cluster.gpu.name)}",
               f"# flags checked against {TARGET_VERSION}",
               "# run on every node; set NODE_RANK and MASTER_ADDR"]
     body = [lines[0] + " \\"] + [f"  {line} \\" for line in lines[1:-1]] + [f"  {lines[-1]}"]

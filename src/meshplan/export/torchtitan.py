@@ -26,6 +26,7 @@ without pipelining, global_batch_size > local_batch_size x dp gives gradient acc
 
 from __future__ import annotations
 
+from meshplan.export.shell import comment_text
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
 from meshplan.training.layout.resolve import ResolvedPlan
@@ -41,13 +42,15 @@ PRECISION = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
 
 Table = dict[str, object]
+_TOML_ESCAPES = {"\\": "\\\\", '"': '\\"', **{chr(c): f"\\u{c:04x}" for c in [*range(0x20), 0x7F]}}
+"""What a TOML basic string cannot hold as is (a newline would end it and start a new key)."""
 
 
 def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, str):  # a TOML basic string; a control character (newline) as \uXXXX
+        return '"' + "".join(_TOML_ESCAPES.get(ch, ch) for ch in value) + '"'
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return repr(value)
@@ -143,8 +146,8 @@ def export(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> str:
         tables["float8"] = {"recipe_name": "tensorwise", "enable_fsdp_float8_all_gather": fsdp,
                             "precompute_float8_dynamic_scale_for_fsdp": fsdp}
     comments = {"model.flavor": flavor_note} if flavor_note else {}
-    header = (f"# torchtitan job config for {model.name} on {cluster.num_gpus} x "
-              f"{cluster.gpu.name}\n# keys checked against {TARGET_VERSION}\n"
+    header = (f"# torchtitan job config for {comment_text(model.name)} on {cluster.num_gpus} x "
+              f"{comment_text(cluster.gpu.name)}\n# keys checked against {TARGET_VERSION}\n"
               f"# launch: NGPU={min(cluster.gpus_per_node, cluster.num_gpus)} "
               f"torchrun --nnodes {cluster.num_nodes} ... -m torchtitan.train "
               f"--job.config_file <this file>\n\n")
