@@ -41,7 +41,7 @@ def run_stubbed(script: str, tmp_path: Path) -> list[list[str]]:
     done = subprocess.run(["bash", "-c", text], capture_output=True, text=True, cwd=tmp_path,
                           env={"PATH": "/usr/bin:/bin", "NODE_RANK": "0"})
     assert done.returncode == 0, done.stderr
-    return [call.read_text().split("\0")[:-1] for call in sorted(log.iterdir())]
+    return [call.read_bytes().decode().split("\0")[:-1] for call in sorted(log.iterdir())]
 
 
 @pytest.mark.parametrize("target", ["vllm", "sglang"])
