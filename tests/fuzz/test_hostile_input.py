@@ -90,10 +90,17 @@ PATHS = st.one_of(
 )
 
 
+def _client(**options):
+    """A client without the app's lifespan: no job runs here, so no forkserver is started (it
+    would outlive the module as a child process of the test run)."""
+    app = create_app(max_running=1, **options)
+    yield TestClient(app)
+    app.state.uploads.close()
+
+
 @pytest.fixture(scope="module")
 def client():
-    with TestClient(create_app(max_running=1)) as c:
-        yield c
+    yield from _client()
 
 
 @FUZZ
@@ -119,8 +126,7 @@ def test_long_names_are_422_with_a_short_message(client, length, field):
 
 @pytest.fixture(scope="module")
 def guarded():
-    with TestClient(create_app(max_running=1, token="right-token")) as c:
-        yield c
+    yield from _client(token="right-token")
 
 
 @FUZZ
