@@ -51,6 +51,8 @@ FIXTURES = {
     "conversations.jsonl": "tests/data/traces/mooncake_sample.jsonl",
     "broken/config.json": "tests/data/docs_console/broken/config.json",
     "my-model/config.json": "tests/data/docs_console/my-model/config.json",
+    "plan.yaml": "tests/data/docs_console/plan.yaml",
+    "bomb.yaml": "tests/data/docs_console/bomb.yaml",
 }
 """Input files the examples name: where in the scratch directory -> the repository file copied there."""
 CONFIG_DIR = ".config/meshplan"

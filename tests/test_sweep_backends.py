@@ -63,11 +63,12 @@ def test_rows_are_on_disk_as_tasks_finish(tmp_path, monkeypatch):
     seen = []
 
     def progress():
-        seen.append(len(rows_of(tmp_path / "local.csv")))
+        seen.append(len(rows_of(tmp_path / "local.csv.partial")))
 
     sweep.run_sweep(*GRID, global_batch_tokens=2**20, framework="megatron", out=tmp_path / "local.csv",
                     workers=2, backend="local", chunk=1, progress=progress)
-    assert seen == [1, 2, 3, 4]  # each finished row is in the file before the next one arrives
+    assert seen == [1, 2, 3, 4]  # each finished row is on disk before the next one arrives
+    assert len(rows_of(tmp_path / "local.csv")) == 4 and not (tmp_path / "local.csv.partial").exists()
 
 
 @pytest.mark.parametrize("backend, workers", [("local", 1), ("local", 2), ("ray", 2)])

@@ -145,19 +145,17 @@ def test_config_upload_that_is_not_json_or_not_a_config(client):
     assert unknown.status_code == 400 and "no such upload" in unknown.json()["detail"]
 
 
-def test_uploads_past_the_quota_drop_the_oldest_first():
-    store = uploads.UploadStore(quota=1000)
+def test_uploads_past_the_quota_are_refused_and_the_held_ones_stay():
+    store = uploads.UploadStore(quota=1000, count=3)
     try:
         first, _ = store.save(b"a" * 400, "config.json")
         second, _ = store.save(b"b" * 400, "config.json")
-        third, path = store.save(b"c" * 400, "config.json")  # 1,200 bytes: the oldest goes
-        assert sum(store.sizes.values()) == 800 and path.read_bytes() == b"c" * 400
-        with pytest.raises(ConfigError, match="no such upload"):
-            store.find(first, "config.json")
-        assert store.find(second, "config.json").is_file()
-        assert not (store.root / first).exists()
-        with pytest.raises(uploads.TooLarge, match="this server keeps 1,000"):
-            store.save(b"d" * 1001, "config.json")
+        with pytest.raises(uploads.TooLarge, match="already holds 800 of its 1,000-byte upload quota"):
+            store.save(b"c" * 400, "config.json")
+        assert store.find(first, "config.json").is_file() and store.find(second, "config.json").is_file()
+        store.save(b"c", "config.json")
+        with pytest.raises(uploads.TooLarge, match="already holds 3 uploads, its quota of 3"):
+            store.save(b"d", "config.json")
     finally:
         store.close()
 
@@ -274,8 +272,9 @@ def test_validate_job_reports_like_the_cli(client, tmp_path):
 
 
 @pytest.mark.parametrize("body,message", [
-    ({**TRAIN, "model": "/etc/hostname"}, "--model '/etc/hostname': give a catalog name, hf:ORG/NAME, or "
-                                          "upload the config.json (POST /api/configs) and give its upload:ID"),
+    ({**TRAIN, "model": "/etc/hostname"}, "--model '/etc/hostname': give a catalog name (GET /api/models), hf:ORG/NAME, or the "
+                                          "upload:ID of a config.json uploaded to POST /api/configs; the web app "
+                                          "reads no file of the server"),
     ({**TRAIN, "plan": {"doc_lengths": "/etc/hostname"}},
      "--doc-lengths '/etc/hostname': the web app takes fixed, lognormal, zipf (files of the server are not read)"),
 ])

@@ -74,7 +74,7 @@ def parse_yaml(text: str, where: str) -> Any:
     """YAML (JSON is YAML), with a one-line message on a syntax error or absurd nesting."""
     import yaml
 
-    from meshplan.yamlread import TooDeep, load_user
+    from meshplan.yamlread import TooBig, TooDeep, load_user
 
     try:
         return load_user(text)
@@ -87,5 +87,7 @@ def parse_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: not valid YAML{at}: {first}") from None
     except (TooDeep, RecursionError):
         raise ConfigError(f"{where}: YAML nested too deeply") from None
+    except TooBig as exc:
+        raise ConfigError(f"{where}: the YAML document {exc}; the limit guards against alias bombs") from None
     except ValueError as exc:  # a scalar YAML cannot build: 5,000 digits, a date 2024-13-45
         raise ConfigError(f"{where}: not valid YAML: {str(exc).split(';')[0]}") from None

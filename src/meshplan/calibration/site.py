@@ -147,11 +147,11 @@ def _checked(value, where: str, per_gpu: bool):
 
 def save_site(document: dict, out: Path) -> Path:
     """Write a profile document (see meshplan.calibration.site_fit.profile_document) to `out`."""
+    from meshplan.outfiles import write_atomic
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text("# meshplan site profile (meshplan calibrate --site); multipliers on predicted "
-                   "times, 1 = the packaged model\n" + _dump(document))
-    tmp.replace(out)
+    write_atomic(out, "# meshplan site profile (meshplan calibrate --site); multipliers on predicted "
+                 "times, 1 = the packaged model\n" + _dump(document), "site profile")
     return out
 
 

@@ -1,8 +1,11 @@
-"""A bash launch script around one torchrun command: run on every node, or submitted to Slurm.
+"""Shell text for launch scripts.
 
-The engine modules give the program and its arguments; this module writes the header, the
-placeholders a user must set (`VAR=${VAR:?what to set}` stops the script when one is missing)
-and the launcher. Values are quoted for the shell, except `$VAR` references to placeholders.
+Every value a launch script receives comes from the user (a CLI flag, a model file, a web form)
+and may hold `$(...)`, backticks, `;`, quotes or a newline: written into a script it stays one
+literal argument (`word`), and written into a `# ...` comment it cannot end the comment
+(`comment_text`). On top of that, the training exporters' bash launch script around one torchrun
+command (`Script`, `torchrun`, `slurm`): the header, the placeholders a user must set
+(`VAR=${VAR:?what to set}` stops the script while one is missing) and the launcher.
 """
 
 from __future__ import annotations
@@ -12,6 +15,25 @@ import shlex
 from dataclasses import dataclass, field
 
 from meshplan.hardware import Cluster
+
+class Raw(str):
+    """Shell text written as is (already quoted or meant to expand)."""
+
+
+def word(value: object) -> str:
+    """`value` as one shell word (a Raw value as is; a float in %g form)."""
+    if isinstance(value, Raw):
+        return str(value)
+    if isinstance(value, float):
+        return shlex.quote(f"{value:g}")
+    return shlex.quote(str(value))
+
+
+def comment_text(text: object) -> str:
+    """`text` safe inside a `# ...` comment line: control characters (a newline would end the
+    comment and start a command) written as escapes."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(text))
+
 
 MASTER_PORT = 6000
 PLACEHOLDER = re.compile(r"^\$[A-Z_][A-Z0-9_]*$")
@@ -33,16 +55,14 @@ class Script:
 
 
 def comment(text: str) -> str:
-    """`text` as one line of a comment (no control characters)."""
-    return "# " + re.sub(r"[\x00-\x1f\x7f]", " ", text)
+    """`text` as one line of a comment."""
+    return "# " + comment_text(text)
 
 
 def shell_word(value: object) -> str:
     """`value` as one shell word: a placeholder reference stays expandable, the rest is quoted."""
     text = str(value)
-    if PLACEHOLDER.match(text):
-        return f'"{text}"'
-    return shlex.quote(text)
+    return word(Raw(f'"{text}"') if PLACEHOLDER.match(text) else text)
 
 
 def _arg_lines(args: list[tuple[str, object]]) -> list[str]:

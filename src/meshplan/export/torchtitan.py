@@ -57,6 +57,7 @@ PRECISION = {"bf16": "bfloat16", "fp8": "bfloat16", "fp32": "float32"}
 OPTIMIZERS = {"adamw": "AdamW", "adam": "Adam"}
 
 Table = dict[str, object]
+"""What a TOML basic string cannot hold as is (a newline would end it and start a new key)."""
 
 
 def _toml_value(value: object) -> str:

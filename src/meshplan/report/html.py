@@ -64,4 +64,6 @@ def render_html(report: Report) -> str:
 
 def write_html(path: str | PathLike[str], report: Report) -> None:
     """Render `report` and write it to `path` (UTF-8)."""
-    Path(path).write_text(render_html(report), encoding="utf-8")
+    from meshplan.outfiles import write_atomic
+
+    write_atomic(path, render_html(report), "--html")

@@ -43,7 +43,9 @@ def _csv_row(r: RequestRecord) -> list:
 def write_requests_csv(records: Sequence[RequestRecord], path: str | PathLike[str]) -> None:
     """One row per request (`CSV_COLUMNS`): times in s to the microsecond, latencies in ms to
     the microsecond; empty cells for what did not happen (unfinished, one-token TPOT)."""
-    with Path(path).open("w", newline="") as f:
+    from meshplan.outfiles import open_atomic
+
+    with open_atomic(path, "--csv", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(CSV_COLUMNS)
         writer.writerows(_csv_row(r) for r in records)

@@ -70,6 +70,8 @@ def chrome_trace(events: Sequence[PipeEvent], *,
 
 def write_trace(path: str | PathLike[str], trace: dict) -> None:
     """Write `trace` as JSON (gzip-compressed when the name ends in .gz; Perfetto reads both)."""
+    from meshplan.outfiles import write_atomic
+
     path = Path(path)
     data = json.dumps(trace, separators=(",", ":")).encode()
-    path.write_bytes(gzip.compress(data) if path.suffix == ".gz" else data)
+    write_atomic(path, gzip.compress(data) if path.suffix == ".gz" else data, "--trace")

@@ -10,9 +10,10 @@ from fastapi import FastAPI
 from meshplan import __version__
 
 
-def create_app(max_running: int | None = None) -> FastAPI:
-    """The web app; `max_running` background jobs at a time (default: up to 2, the cores)."""
-    from meshplan.ui import errors, pages, routes_catalog, routes_jobs
+def create_app(max_running: int | None = None, token: str | None = None) -> FastAPI:
+    """The web app; `max_running` background jobs at a time (default: up to 2, the cores); with
+    `token`, every request must carry it (meshplan.ui.guard)."""
+    from meshplan.ui import errors, guard, pages, routes_catalog, routes_jobs
     from meshplan.ui.jobs import JobManager
     from meshplan.ui.uploads import UploadStore
 
@@ -28,6 +29,8 @@ def create_app(max_running: int | None = None) -> FastAPI:
     app.state.jobs = JobManager(max_running=max_running)
     app.state.uploads = UploadStore()
     errors.install(app)
+    if token:
+        guard.install_token(app, token)
     for module in (routes_catalog, routes_jobs, pages):
         app.include_router(module.router)
     return app

@@ -14,7 +14,9 @@ from pydantic import BaseModel
 from meshplan.cli.common import check_numbers
 from meshplan.errors import ConfigError, MeshplanError
 from meshplan.userfiles import parse_json
+from meshplan.ui.guard import check_web_model
 from meshplan.ui.jobs import TooManyJobs
+from meshplan.ui.schemas import NAME_MAX
 from meshplan.ui.work import status_of
 
 
@@ -34,6 +36,9 @@ def check_body(body: BaseModel) -> None:
         return out
 
     for name, value in leaves(body.model_dump(), {}).items():
+        if isinstance(value, str) and len(value) > NAME_MAX:
+            raise ConfigError(f"--{name.replace('_', '-')}: {len(value):,} characters; "
+                              f"the limit is {NAME_MAX}")
         check_numbers({name: value})
 
 
@@ -45,10 +50,7 @@ def check_no_server_files(body: dict) -> None:
     """The app never reads a file of the machine it runs on because a request names it: a model
     is a catalog name, hf:ORG/NAME or an uploaded config (upload:ID), and document lengths or
     expert skew are given as distributions. (The CLI reads such paths: they are the user's.)"""
-    model = body.get("model", "")
-    if ("/" in model or model.endswith(".json")) and not model.startswith(("hf:", "upload:")):
-        raise ConfigError(f"--model {model!r}: give a catalog name, hf:ORG/NAME, or upload the "
-                          f"config.json (POST /api/configs) and give its upload:ID")
+    check_web_model(body.get("model", ""))
     for section in (body, body.get("plan") or {}):
         for name, words in SPEC_WORDS.items():
             value = section.get(name)
@@ -71,7 +73,13 @@ def validation_message(err: dict) -> str:
         check_numbers({names[-1]: err.get("input")})  # the CLI's sentence for a number out of range
     except ConfigError as exc:
         return str(exc)
-    return f"{flag} {err.get('input')!r}: {err['msg']}"
+    return f"{flag} {short(err.get('input'))}: {err['msg']}"
+
+
+def short(value: Any, limit: int = 60) -> str:
+    """repr(value), cut to `limit` characters with "..." (a 10,000-character name is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _detail(status: int, message: str) -> JSONResponse:

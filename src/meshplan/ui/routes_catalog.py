@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
 from meshplan.errors import ConfigError
+from meshplan.ui.schemas import NAME_MAX
 from meshplan.ui.uploads import UPLOAD_PREFIX, read_limited
 from meshplan.userfiles import parse_json
 
@@ -55,7 +56,7 @@ def gpus() -> list[GPUEntry]:
 
 
 @router.post("/configs", response_model=UploadedConfig)
-async def upload_config(request: Request, filename: str = "config.json") -> UploadedConfig:
+async def upload_config(request: Request, filename: str = Query("config.json", max_length=NAME_MAX)) -> UploadedConfig:
     """Upload a Hugging Face config.json (the raw file as the request body); answers the
     `upload:ID` name to give as `model` in the other requests."""
     from meshplan.model import load_model

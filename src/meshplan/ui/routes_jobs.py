@@ -8,7 +8,7 @@ import asyncio
 import json
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel
@@ -16,8 +16,9 @@ from pydantic import BaseModel
 from meshplan.errors import ConfigError, MeshplanError
 from meshplan.ui import work
 from meshplan.ui.errors import check_body, check_no_server_files
+from meshplan.ui.guard import check_web_model
 from meshplan.ui.jobs import FINAL, Job
-from meshplan.ui.schemas import ServePlanRequest, SimulateRequest, TrainingRequest, TrainingSearchRequest
+from meshplan.ui.schemas import NAME_MAX, ServePlanRequest, SimulateRequest, TrainingRequest, TrainingSearchRequest
 from meshplan.ui.uploads import read_limited
 
 router = APIRouter(prefix="/api", tags=["jobs"])
@@ -98,16 +99,19 @@ def serve_plan(req: ServePlanRequest, request: Request) -> JSONResponse:
 
 
 @router.post("/validate", status_code=202, response_model=JobView)
-async def validate(request: Request, filename: str = "records.yaml") -> JSONResponse:
+async def validate(request: Request, filename: str = Query("records.yaml", max_length=NAME_MAX)) -> JSONResponse:
     """Start validating a run-record YAML file sent as the request body (`validate --json`)."""
     from meshplan.validate.records import read_records
 
     data = await read_limited(request, filename)
     _, path = request.app.state.uploads.save(data, "records.yaml")
     try:
-        await run_in_threadpool(read_records, path)  # not a record file at all: bad input, said now
+        records, _ = await run_in_threadpool(read_records, path)  # not a record file: said now
     except ConfigError as exc:
         raise ConfigError(str(exc).replace(str(path), filename)) from None
+    for record in records:  # a record's model is never a file of this server
+        if isinstance(record.model, str):
+            check_web_model(record.model, f"{filename}: record {record.id!r}: model")
     return _submit(request, "validate", {"path": str(path), "filename": filename})
 
 

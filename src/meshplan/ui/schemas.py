@@ -15,13 +15,16 @@ from meshplan.training.plan import TrainingPlan
 
 CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 MODEL_HELP = "Catalog name, hf:ORG/NAME, or upload:ID of a config.json uploaded to /api/configs."
+NAME_MAX = 200
+"""Longest name a request may hold (a model, GPU or engine name; hf:ORG/NAME fits in it)."""
+Name = Annotated[str, Field(max_length=NAME_MAX)]
 
 
 class Hardware(BaseModel):
     """The cluster of one training job (the CLI's hardware flags)."""
 
     model_config = CONFIG
-    gpu: str
+    gpu: Name
     """GPU catalog name, e.g. h100-sxm-80gb (GET /api/gpus)."""
     num_gpus: int = Field(ge=1)
     """GPUs in the job."""
@@ -49,7 +52,7 @@ class TrainingRequest(BaseModel):
     """One training plan on one cluster (`train memory`, `train estimate`)."""
 
     model_config = CONFIG
-    model: str = Field(description=MODEL_HELP)
+    model: Name = Field(description=MODEL_HELP)
     hardware: Hardware
     plan: TrainingPlan = TrainingPlan()
 
@@ -58,8 +61,8 @@ class TrainingSearchRequest(BaseModel):
     """A training layout search (`train plan`); set a pin to hold that field fixed."""
 
     model_config = CONFIG
-    model: str = Field(description=MODEL_HELP)
-    gpu: str
+    model: Name = Field(description=MODEL_HELP)
+    gpu: Name
     """GPU catalog name, e.g. h100-sxm-80gb."""
     num_gpus: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, max_length=16)
     """GPUs in the job; several sizes (8,16,32) are each searched and ranked together (a single
@@ -94,12 +97,12 @@ class TrainingSearchRequest(BaseModel):
     """Pin data-parallel sharding."""
     schedule: Literal["gpipe", "1f1b", "interleaved", "zero-bubble"] | None = None
     """Pin the pipeline schedule."""
-    doc_lengths: str | None = None
+    doc_lengths: Name | None = None
     """Document lengths of the training data (fixed, lognormal:mean=1500,sigma=1.2,
     zipf:s=1.2,min=64,max=65536); adds the balance axis."""
     balance: Literal["none", "sort", "per-doc-cp", "reassign"] | None = None
     """Pin document balancing."""
-    expert_skew: str | None = None
+    expert_skew: Name | None = None
     """MoE routing skew (zipf:s=1.2 or uniform); adds the moe_balance axis."""
     moe_balance: Literal["none", "aux-free", "eplb"] | None = None
     """Pin MoE balancing."""
@@ -107,7 +110,7 @@ class TrainingSearchRequest(BaseModel):
     """What is trained (fixed; the layout is searched): full, lora or qlora."""
     lora_rank: int | None = Field(None, ge=1)
     """LoRA rank r (PEFT's default 8)."""
-    lora_targets: str | None = None
+    lora_targets: Name | None = None
     """Adapted linear layers, comma-separated (q,k,v,o,gate,up,down); default q,v."""
     objective: Literal["throughput", "cost", "time-to-train"] = "throughput"
     """What the ranking optimises."""
@@ -142,8 +145,8 @@ class SLOFields(BaseModel):
 class SimulateRequest(SLOFields):
     """One serving deployment under a synthetic workload (`serve simulate`)."""
 
-    model: str = Field(description=MODEL_HELP)
-    gpu: str
+    model: Name = Field(description=MODEL_HELP)
+    gpu: Name
     """GPU catalog name, e.g. h100-sxm-80gb."""
     num_gpus: int | None = Field(None, ge=1)
     """GPUs available (default: what the plan uses)."""
@@ -158,8 +161,8 @@ class SimulateRequest(SLOFields):
 class ServePlanRequest(SLOFields):
     """A serving deployment search (`serve plan`): the cheapest deployments meeting the SLOs."""
 
-    model: str = Field(description=MODEL_HELP)
-    gpus: list[str] = Field(min_length=1)
+    model: Name = Field(description=MODEL_HELP)
+    gpus: list[Name] = Field(min_length=1, max_length=64)
     """GPU catalog names to compare."""
     request_rate: float = Field(gt=0)
     """Requests/s to serve."""
@@ -167,9 +170,9 @@ class ServePlanRequest(SLOFields):
     """Most GPUs a plan may use."""
     objective: Literal["min-gpus", "max-goodput-per-gpu", "min-cost"] = "min-gpus"
     """What the ranking optimises (min-cost needs prices)."""
-    prices: dict[str, float] = {}
+    prices: dict[Name, float] = Field({}, max_length=64)
     """USD per GPU-hour by GPU name."""
-    engine: str = "vllm"
+    engine: Name = "vllm"
     """Engine whose scheduler and defaults are modeled."""
     dataset: Literal["fixed", "random", "sharegpt", "normal", "lognormal"] = "sharegpt"
     """Length distribution of requests."""

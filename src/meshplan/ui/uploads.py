@@ -18,7 +18,9 @@ from meshplan.userfiles import MAX_BYTES
 UPLOAD_LIMIT = MAX_BYTES
 """Largest upload, bytes: the CLI's limit on a file it reads whole (meshplan.userfiles)."""
 UPLOAD_QUOTA = 16 * MAX_BYTES
-"""Most bytes the uploads of one server hold together (1 GiB); past it the oldest go first."""
+"""Most bytes the uploads of one server hold together (1 GiB); past it uploads are refused."""
+UPLOAD_COUNT = 1000
+"""Most uploads one server holds; past it uploads are refused."""
 UPLOAD_PREFIX = "upload:"
 """A model name of the form upload:ID names an uploaded config.json."""
 
@@ -41,23 +43,27 @@ async def read_limited(request: Request, what: str, limit: int | None = None) ->
 
 
 class UploadStore:
-    """Files uploaded to this server, each under its own id, at most `quota` bytes together: a
-    server left running for weeks does not fill the disk; the oldest uploads are dropped first
-    (a later request naming one is told to upload it again)."""
+    """Files uploaded to this server, each under its own id: at most `quota` bytes and `count`
+    files together, so a server left running does not fill the disk. Past either, an upload is
+    refused (413) and the ones held stay valid (a queued job still finds its file)."""
 
-    def __init__(self, quota: int = UPLOAD_QUOTA) -> None:
+    def __init__(self, quota: int = UPLOAD_QUOTA, count: int = UPLOAD_COUNT) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="meshplan-ui-"))
-        self.quota = quota
+        self.quota, self.count = quota, count
         self.sizes: dict[str, int] = {}  # upload id -> bytes, oldest first
+
+    def _check_room(self, size: int) -> None:
+        held = sum(self.sizes.values())
+        if len(self.sizes) >= self.count:
+            raise TooLarge(f"this server already holds {len(self.sizes):,} uploads, its quota of "
+                           f"{self.count:,}; restart `meshplan ui` to clear them")
+        if held + size > self.quota:
+            raise TooLarge(f"the upload is {size:,} bytes and this server already holds {held:,} of "
+                           f"its {self.quota:,}-byte upload quota; restart `meshplan ui` to clear them")
 
     def save(self, data: bytes, filename: str) -> tuple[str, Path]:
         """(id, path) of a new upload stored as `filename` (e.g. config.json)."""
-        if len(data) > self.quota:
-            raise TooLarge(f"the upload is {len(data):,} bytes; this server keeps {self.quota:,}")
-        while self.sizes and sum(self.sizes.values()) + len(data) > self.quota:
-            oldest = next(iter(self.sizes))
-            shutil.rmtree(self.root / oldest, ignore_errors=True)
-            del self.sizes[oldest]
+        self._check_room(len(data))
         upload_id = secrets.token_hex(8)
         folder = self.root / upload_id
         folder.mkdir(mode=0o700)

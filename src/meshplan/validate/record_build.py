@@ -9,10 +9,7 @@ and only after the new text was read back as the old records plus the new one.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
-import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ from meshplan.errors import ConfigError
 from meshplan.hardware import get_gpu
 from meshplan.model.catalog_index import get_entry
 from meshplan.model.load import from_config, read_config_file
+from meshplan.outfiles import write_atomic
 from meshplan.userfiles import parse_yaml, read_text
 from meshplan.validate.bench_results import BenchResult, read_result
 from meshplan.validate.bench_workload import bench_workload
@@ -212,31 +210,6 @@ def _new_text(text: str, data: dict[str, Any], record: dict[str, Any]) -> str:
     raise ConfigError("the record file could not be written back unchanged; nothing was written")
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file in the same directory and rename it over `path`."""
-    target = path.resolve() if path.is_symlink() else path
-    if not target.parent.is_dir():
-        raise ConfigError(f"--out {str(path)!r}: directory {str(target.parent)!r} does not exist")
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def append_record(path: str | Path, record: dict[str, Any]) -> int:
     """Append `record` to the run-record file at `path` (created when missing) and return how
     many records it then holds. A duplicate id or a file that is not a record file is refused;
@@ -246,5 +219,5 @@ def append_record(path: str | Path, record: dict[str, Any]) -> int:
     text, data = _existing(path)
     if record["id"] in _ids(data):
         raise ConfigError(f"{path}: a record with id {record['id']!r} is already there; give another --id")
-    _write_atomic(path, _new_text(text, data, record))
+    write_atomic(path, _new_text(text, data, record), "--out")
     return len(data.get("records", [])) + 1

@@ -11,6 +11,9 @@ from meshplan.model import ModelSpec, load_model
 from meshplan.userfiles import parse_yaml, read_text
 from meshplan.validate.schema import Record
 
+MAX_RECORDS = 10_000
+"""Most records one run-record file may hold (the packaged files hold a few hundred)."""
+
 
 def _describe(error: dict) -> str:
     where = ".".join(str(p) for p in error["loc"])
@@ -49,6 +52,9 @@ def read_records(path: str | Path, strict: bool = False) -> tuple[list[Record], 
     data = parse_yaml(read_text(path, "run-record file"), str(path))
     if not isinstance(data, dict) or data.get("schema") != 1 or not isinstance(data.get("records"), list):
         raise ConfigError(f"{path}: expected a mapping {{schema: 1, records: [...]}}")
+    if len(data["records"]) > MAX_RECORDS:
+        raise ConfigError(f"{path}: {len(data['records']):,} records; the limit is {MAX_RECORDS:,} "
+                          f"per file (split it)")
     records, skipped, seen = [], [], set()
     for index, raw in enumerate(data["records"]):
         try:

@@ -10,6 +10,7 @@ import yaml
 from meshplan.calibration import training as cal
 from meshplan.cli.common import QUIET, console, progress, show_progress, user_errors
 from meshplan.errors import ConfigError
+from meshplan.outfiles import check_writable, write_atomic
 from meshplan.records import with_set
 from meshplan.validate.records import load_records
 
@@ -38,6 +39,8 @@ def calibrate(
         raise ConfigError("give run-record files to fit on, or --records training|serving")
     if site is not None:
         return _calibrate_site(files, site, out, quiet)
+    if out is not None:
+        check_writable(out, "--out")  # before the fit, not after it
     if out is None:
         raise ConfigError("--out: give the file to write the fitted package constants to (or fit a "
                           "site profile with --site NAME)")
@@ -61,8 +64,8 @@ def _calibrate_serving(records, names, out: Path, loso: bool, max_nfev: int) -> 
     table = cs.fit(cases, max_nfev=min(max_nfev, 40))
     folds = cs.leave_one_source_out(cases, table) if loso else None
     doc = cs.fit_document(table, cases, names, folds)
-    out.write_text("# Fitted by `meshplan calibrate`; read by meshplan.serving.cost.constants.\n"
-                   + yaml.safe_dump(doc, sort_keys=False))
+    write_atomic(out, "# Fitted by `meshplan calibrate`; read by meshplan.serving.cost.constants.\n"
+                 + yaml.safe_dump(doc, sort_keys=False), "--out")
     _report(doc["fit"], out)
 
 
@@ -71,8 +74,8 @@ def _calibrate_training(records, names, out: Path, loso: bool, max_nfev: int) ->
     table = cal.fit(cases, max_nfev=max_nfev)
     folds = cal.leave_one_source_out(cases, table) if loso else None
     doc = cal.fit_document(table, cases, names, folds)
-    out.write_text("# Fitted by `meshplan calibrate`; read by meshplan.training.time.constants.\n"
-                   + yaml.safe_dump(doc, sort_keys=False))
+    write_atomic(out, "# Fitted by `meshplan calibrate`; read by meshplan.training.time.constants.\n"
+                 + yaml.safe_dump(doc, sort_keys=False), "--out")
     _report(doc["fit"], out)
 
 

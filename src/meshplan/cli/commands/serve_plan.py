@@ -180,7 +180,9 @@ def sweep_cmd(
                            address=address, progress=update)
     _print_sweep(rows)
     if csv_out:
-        with csv_out.open("w", newline="") as f:
+        from meshplan.outfiles import open_atomic
+
+        with open_atomic(csv_out, "--csv", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
             w.writeheader()
             w.writerows(rows)

@@ -7,10 +7,10 @@ script header, and how a command is written as shell text.
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from meshplan.errors import ConfigError
+from meshplan.export.shell import Raw, comment_text, word
 from meshplan.serving.engine.placement import place
 from meshplan.serving.plan import ServingPlan
 
@@ -36,10 +36,6 @@ PREQUANTIZED_HINTS = {
 DRAFT_VARIABLE = "DRAFT_MODEL"
 LORA_VARIABLE = "LORA_ADAPTERS"
 STOP_ALL = "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT  # stop the servers with the script"
-
-
-class Raw(str):
-    """Shell text written as is (already quoted or meant to expand)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,7 +139,8 @@ def gpu_words(inst: Instance, node: int | None = None) -> str:
 
 
 def check_model(model: str) -> str:
-    """The model id or path, stripped; raise if empty."""
+    """The model id or path, stripped; raise if empty. Any other text is kept: every use of it in
+    a script is quoted (`arg`) or, in a comment, escaped (`comment_text`)."""
     if not model or not model.strip():
         raise ConfigError("model is empty; give a Hugging Face repo id "
                           "(e.g. meta-llama/Llama-3.1-8B-Instruct) or a local checkpoint path")
@@ -161,13 +158,8 @@ def looks_prequantized(model: str, weights_dtype: str) -> bool:
     return any(hint in name for hint in PREQUANTIZED_HINTS.get(weights_dtype, ()))
 
 
-def arg(value: object) -> str:
-    """`value` as one shell word."""
-    if isinstance(value, Raw):
-        return str(value)
-    if isinstance(value, float):
-        return shlex.quote(f"{value:g}")
-    return shlex.quote(str(value))
+arg = word
+"""`value` as one shell word (meshplan.export.shell.word)."""
 
 
 def double_quoted(text: str) -> Raw:
@@ -179,7 +171,7 @@ def double_quoted(text: str) -> Raw:
 def command(program: list[str], flags: Flags, *, env: dict[str, object] | None = None,
             background: bool = False) -> list[str]:
     """A command as lines joined by backslash continuations, one flag per line."""
-    head = " ".join([f"{k}={arg(v)}" for k, v in (env or {}).items()] + program)
+    head = " ".join([f"{k}={arg(v)}" for k, v in (env or {}).items()] + [arg(word) for word in program])
     parts = [name if value is None else f"{name} {arg(value)}" for name, value in flags]
     if not parts:
         return [head + (" &" if background else "")]
@@ -210,7 +202,7 @@ def plan_lines(model: str, plan: ServingPlan, instances: list[Instance], engine:
         layout_text = (f"disaggregated: prefill {dis.prefill_gpus} GPUs as {counts['prefill']} x "
                        f"tp={dis.prefill_tp}, decode {dis.decode_gpus} GPUs as {counts['decode']} x "
                        f"tp={dis.decode_tp} ({shape})")
-    lines = [f"# Model: {model}",
+    lines = [f"# Model: {comment_text(model)}",
              f"# Plan: {layout_text} = {plural(plan.num_gpus, 'GPU')}; weights {plan.weights_dtype}, "
              f"KV cache {plan.kv_cache_dtype}, router {plan.router}",
              f"# Knobs set by the plan: {set_knobs(plan)}; the rest keep the engine's defaults."]

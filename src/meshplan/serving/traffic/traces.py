@@ -39,6 +39,10 @@ def _bad_cell(column: str, value: Any, expected: str) -> _BadRow:
     return _BadRow(f"column {column!r} = {value!r} is invalid; expected {expected}")
 
 
+MAX_TRACE_ROWS = 20_000_000
+"""Most rows (requests) a trace file may hold: the public BurstGPT release holds about 5.3 million."""
+
+
 @dataclass(slots=True, kw_only=True)
 class _Collector:
     """The rows read so far and the notes on rows left out."""
@@ -48,6 +52,12 @@ class _Collector:
     rows: list[TraceRow] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     malformed: int = 0
+
+    def check_count(self, line: int) -> None:
+        """Refuse a trace past MAX_TRACE_ROWS rows (at the first row over, not after reading it all)."""
+        if line > MAX_TRACE_ROWS + 1:
+            raise ConfigError(f"{self.name}: more than {MAX_TRACE_ROWS:,} requests; the limit is "
+                              f"{MAX_TRACE_ROWS:,} (cut the trace, e.g. with head)")
 
     def bad(self, line: int, problem: str) -> None:
         message = f"{self.name}:{line}: {problem}"
@@ -95,6 +105,7 @@ def _csv_rows(path: Path, needed: Sequence[str], sink: _Collector) -> Iterator[t
                               f"{', '.join(map(repr, header)) or 'no header'}; needed "
                               f"{', '.join(map(repr, needed))}")
         for cells in reader:
+            sink.check_count(reader.line_num)
             if not cells or all(not c.strip() for c in cells):
                 continue
             if len(cells) != len(header):
@@ -175,6 +186,7 @@ def _parse_mooncake(path: Path, sink: _Collector) -> str:
     """Mooncake JSONL rows: timestamp in ms, lengths, and hash_ids of 512-token blocks."""
     with _open(path) as handle:
         for line, text in enumerate(handle, start=1):
+            sink.check_count(line + 1)
             if not text.strip():
                 continue
             try:

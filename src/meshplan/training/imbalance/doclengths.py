@@ -84,6 +84,10 @@ def _draw(name: str, params: dict[str, float], n: int, rng: np.random.Generator)
     return np.maximum(1, np.rint(x)).astype(np.int64)
 
 
+MAX_VALUES = 10_000_000
+"""Most values (lines) a --doc-lengths or --expert-skew file may hold."""
+
+
 @functools.lru_cache(maxsize=16)
 def read_lengths(path: str) -> tuple[int, ...]:
     """Measured document lengths from a file: one integer per line, a JSON list (or an object
@@ -105,11 +109,21 @@ def read_lengths(path: str) -> tuple[int, ...]:
 
 
 def read_text(path: str, flag: str) -> str:
-    """A user's data file as text (a file that is not text is a ConfigError naming the flag)."""
+    """A user's data file as text: a regular file of at most MAX_BYTES, UTF-8, at most MAX_VALUES
+    lines (each failure a ConfigError naming the flag)."""
+    from meshplan.userfiles import MAX_BYTES, check_readable
+
+    check_readable(Path(path), flag)
+    size = Path(path).stat().st_size
+    if size > MAX_BYTES:
+        raise ConfigError(f"{flag} {path}: {size:,} bytes; the limit is {MAX_BYTES:,}")
     try:
-        return Path(path).read_text()
+        text = Path(path).read_text()
     except UnicodeDecodeError:
         raise ConfigError(f"{flag} {path}: not a text file") from None
+    if (lines := text.count("\n")) > MAX_VALUES:
+        raise ConfigError(f"{flag} {path}: {lines:,} lines; the limit is {MAX_VALUES:,} values")
+    return text
 
 
 def load_json(text: str, path: str, flag: str):

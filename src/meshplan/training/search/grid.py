@@ -7,6 +7,7 @@ import itertools
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from meshplan.outfiles import check_writable, open_atomic
 from meshplan.parallel import run_tasks
 from meshplan.calibration.site import active_site
 
@@ -64,15 +65,17 @@ def run_sweep(models: Iterable[str], gpus: Iterable[str], sizes: Iterable[int],
               seq_lens: Iterable[int], *, global_batch_tokens: int, framework: str, out: Path,
               workers: int, progress: Callable[[], None] | None = None, backend: str = "local",
               address: str | None = None, chunk: int | None = None) -> list[dict]:
-    """Search every cell and write the rows to `out` (CSV): each row is appended as its task
-    finishes (a crash keeps every finished row), then the file is rewritten in grid order.
+    """Search every cell and write the rows to `out` (CSV): each row is appended to `out`.partial
+    as its task finishes (a crash keeps every finished row there), then `out` is written in grid
+    order, atomically (meshplan.outfiles).
     `backend` "local" uses a process pool of `workers`; "ray" sends tasks of `chunk` cells to a
     Ray cluster (`address`, or a local Ray with `workers` CPUs), retrying a failed task once."""
     cells = list(itertools.product(models, gpus, sizes, seq_lens))
     chunk = chunk or max(1, min(CHUNK_MAX, -(-len(cells) // (4 * max(workers, 1)))))
     tasks = [cells[i:i + chunk] for i in range(0, len(cells), chunk)]
     rows: list[dict] = []
-    with open(out, "w", newline="") as handle:
+    partial = check_writable(out, "--out").with_name(Path(out).name + ".partial")
+    with open(partial, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
 
@@ -89,12 +92,11 @@ def run_sweep(models: Iterable[str], gpus: Iterable[str], sizes: Iterable[int],
                   lambda task, exc: take(_failed(task[0], repr(exc))), backend=backend,
                   workers=workers, address=address)
     rows.sort(key=lambda r: (r["model"], r["gpu"], r["num_gpus"], r["seq_len"]))
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    with open(tmp, "w", newline="") as handle:
+    with open_atomic(out, "--out", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    tmp.replace(out)
+    partial.unlink(missing_ok=True)
     return rows
 
 
