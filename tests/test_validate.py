@@ -97,6 +97,8 @@ def test_unrepresentable_record_is_skipped_with_its_reason(tmp_path):
     data = json.loads(runner.invoke(app, ["validate", str(write(tmp_path, [bad])), "--json"]).stdout)
     assert data["skipped"][0]["id"] == "t2"
     assert "tp=3" in data["skipped"][0]["reason"]
+    table = runner.invoke(app, ["validate", str(write(tmp_path, [bad]))])  # without --json too
+    assert "skipped t2" in table.stderr and "tp=3" in table.stderr
 
 
 def test_training_accuracy_does_not_regress():

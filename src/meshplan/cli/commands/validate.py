@@ -47,7 +47,7 @@ def validate(
     with progress("predicting records", show_progress(quiet, json_out)) as update:
         rows, skips = predict(records, update, workers or os.cpu_count() or 1)
     skips = bad + skips
-    for skip in bad:
+    for skip in skips:  # unreadable and unrepresentable records alike, with the reason
         err_console.print(f"[yellow]skipped[/] {skip.id}: {skip.reason}", highlight=False, soft_wrap=True)
     data = report(rows, skips)
 
