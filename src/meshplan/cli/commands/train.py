@@ -15,13 +15,14 @@ from meshplan.cli import html_option
 from meshplan.cli import goodput_options
 from meshplan.cli import options as opt
 from meshplan.cli.conflicts import check_training_flags
-from meshplan.cli.common import console, finish, print_json, user_errors, with_site
+from meshplan.cli.common import console, err_console, finish, print_json, user_errors, with_site
 from meshplan.cli.lazy import new_app
 from meshplan.errors import ConfigError
 from meshplan.goodput import Resilience, goodput
 from meshplan.goodput.render import goodput_json, goodput_lines
 from meshplan.model import load_model
 from meshplan.training import TrainingPlan, estimate_memory, resolve_plan
+from meshplan.training.layout.capabilities import default_framework
 from meshplan.training.memory.total import MemoryEstimate
 from meshplan.training.choose import best_plan
 from meshplan.training.estimate import estimate_step
@@ -87,7 +88,8 @@ def _plan_flags(
     pipeline_split: str = typer.Option(None, help=_help("pipeline_split") + " Comma-separated."),
     tp_comm_overlap: bool = typer.Option(None, "--tp-comm-overlap/--no-tp-comm-overlap",
                                          help=_help("tp_comm_overlap")),
-    framework: str = typer.Option("megatron", help=_help("framework")),
+    framework: str = typer.Option(None, help=_help("framework") + " Default: megatron, or the first "
+                                  "framework that runs --method (hf for qlora)."),
     attention: str = typer.Option(None, help=_help("attention")),
     method: str = typer.Option("full", help=_help("method")),
     lora_rank: int = typer.Option(None, help=_help("lora_rank")),
@@ -106,9 +108,19 @@ HARDWARE = ("gpu", "num_gpus", "gpus_per_node", "scale_up_domain", "inter_node_g
             "gpu_power_limit_w")
 
 
+def choose_framework(flags: dict) -> None:
+    """Fill `framework` when the user gave none (see default_framework), saying so on stderr
+    when the method rules Megatron-LM out."""
+    if flags.get("framework") is None:
+        flags["framework"], note = default_framework(flags.get("method") or "full")
+        if note:
+            err_console.print(f"note: {note}", highlight=False)
+
+
 def parse_inputs(flags: dict):
     """(model spec, cluster, TrainingPlan) from the shared flags."""
     spec = load_model(flags.pop("model"))
+    choose_framework(flags)
     check_training_flags(flags, spec)
     cluster = opt.build_cluster(*(flags.pop(name) for name in HARDWARE),
                                 **{name: flags.pop(name) for name in opt.HOST_OPTIONS})

@@ -11,12 +11,17 @@ from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli import ranges
 from meshplan.cli.conflicts import check_names, check_training_flags
-from meshplan.cli.common import QUIET, console, finish, print_json, progress, show_progress, user_errors, with_site
+from meshplan.cli.common import QUIET, console, err_console, finish, print_json, progress, show_progress, user_errors, with_site
 from meshplan.errors import ConfigError
 from meshplan.hardware import get_gpu
 from meshplan.model import load_model
 from meshplan.cli.commands.train import build_plan, extrapolation_lines
-from meshplan.training.layout.capabilities import feature_problems, frameworks_for, schedules_for
+from meshplan.training.layout.capabilities import (
+    default_framework,
+    feature_problems,
+    frameworks_for,
+    schedules_for,
+)
 from meshplan.training.estimate import StepEstimate
 from meshplan.training.search.economics import economics
 from meshplan.cli import goodput_options
@@ -88,7 +93,9 @@ def plan_command(
     seq_len: int = typer.Option(4096, help="Tokens per sequence."),
     global_batch_size: int = typer.Option(None, help="Sequences per step."),
     global_batch_tokens: int = typer.Option(None, help="Tokens per step (alternative to the above)."),
-    framework: str = typer.Option("megatron", help="megatron, nemo, torchtitan or deepspeed."),
+    framework: str = typer.Option(None, help="megatron, nemo, torchtitan, deepspeed, hf, fsdp, ... "
+                                  "Default: megatron, or the first framework that runs --method "
+                                  "(hf for qlora)."),
     precision: str = typer.Option("bf16", help="bf16, fp16, fp8, fp4 (NVFP4, Blackwell) or fp32."),
     tp: int = typer.Option(None, help="Pin tensor parallelism."),
     pp: int = typer.Option(None, help="Pin pipeline parallelism."),
@@ -133,6 +140,10 @@ def plan_command(
     given = html_option.inputs(dict(locals()))
     html_option.check(html)
     pinned = {k: v for k, v in locals().items() if k in PINNABLE and v is not None}
+    if framework is None:
+        framework, note = default_framework(method or "full")
+        if note:
+            err_console.print(f"note: {note}", highlight=False)
     check_training_flags(dict(locals()))
     base = search_inputs(objective, price_per_gpu_hour, train_tokens, seq_len, global_batch_size,
                          global_batch_tokens, framework, precision, pinned, doc_lengths=doc_lengths,

@@ -149,6 +149,16 @@ def frameworks_for(method: str) -> tuple[str, ...]:
     return tuple(f for f in dict.fromkeys(names) if method in features(f).methods)
 
 
+def default_framework(method: str) -> tuple[str, str | None]:
+    """The framework a plan takes when none is asked for: Megatron-LM, unless it cannot train
+    `method`; then the first that can (Hugging Face PEFT for QLoRA), with a note saying so."""
+    if method in features("megatron").methods:
+        return "megatron", None
+    chosen = frameworks_for(method)[0]
+    return chosen, (f"framework {chosen}: megatron has no {method} fine-tuning "
+                    "(--framework chooses another)")
+
+
 EXPORT_TARGETS = {"megatron": "megatron", "torchtitan": "torchtitan", "deepspeed": "deepspeed"}
 """`train export --target` -> the framework a plan is re-targeted to."""
 GENERIC = Capability(
