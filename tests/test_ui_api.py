@@ -328,9 +328,9 @@ def test_plan_search_takes_the_fine_tuning_method(client):
     ("/api/serve/simulate", {"model": "llama-3.2-1b", "gpu": "b300", "workload": {"num_requests": 10}},
      ("serve", "simulate", "--model", "llama-3.2-1b", "--gpu", "b300", "--num-requests", "10")),
     ("/api/train/plan", {"model": "llama-3.2-1b", "gpu": H100, "num_gpus": 8, "global_batch_size": 64,
-                         "method": "qlora"},
+                         "method": "qlora", "framework": "megatron"},
      ("train", "plan", "--model", "llama-3.2-1b", "--gpu", H100, "--num-gpus", "8",
-      "--global-batch-size", "64", "--method", "qlora")),
+      "--global-batch-size", "64", "--method", "qlora", "--framework", "megatron")),
 ], ids=["cost-without-price", "pin-not-dividing", "no-slo", "unknown-gpu", "method-not-on-framework"])
 def test_bad_job_input_is_refused_before_queueing(client, path, body, args):
     before = len(client.get("/api/jobs").json())
