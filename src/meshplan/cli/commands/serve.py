@@ -220,16 +220,10 @@ def simulate_cmd(
     if entry is not None and entry.workload and entry.request_rate and all(v is None for v in flags.values()):
         workload = _planned_workload(entry)  # the very requests `serve plan` verified the plan with
     else:
-        workload = build_workload(
-            trace, trace_format, on_error, time_scale, 0 if seed is None else seed,
-            arrival=_arrival(offline, request_rate, concurrency, burstiness), request_rate=request_rate,
-            burstiness=burstiness, concurrency=concurrency, num_requests=num_requests, dataset=dataset or "random",
-            input_len=input_len, output_len=output_len, range_ratio=range_ratio,
-            shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes, turns=turns,
-            lora_popularity=lora_popularity, lora_zipf_exponent=lora_zipf_exponent)
-    if entry is not None and entry.slo and all(v is None for v in (slo_ttft_ms, slo_tpot_ms, slo_e2e_ms)):
-        slo_ttft_ms, slo_tpot_ms, slo_e2e_ms = (entry.slo.get(k) for k in ("ttft_ms", "tpot_ms", "e2e_ms"))
-        slo_percentile = entry.slo.get("percentile", slo_percentile)
+        workload = _flag_workload(flags, trace_format, on_error, time_scale, lora_popularity,
+                                  lora_zipf_exponent)
+    slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile = _entry_slo(
+        entry, slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
     slo = _slo(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
     result = _run(spec_model, cluster, plan, workload, slo,
                   shown=show_progress(quiet, json_out) and len(workload.requests) >= 5000)
@@ -249,6 +243,28 @@ def simulate_cmd(
 
     html_option.write(html, page)
     finish(verdict is None or verdict["met"])
+
+
+def _flag_workload(flags: dict, trace_format, on_error, time_scale, lora_popularity,
+                   lora_zipf_exponent) -> Workload:
+    """The workload the traffic flags describe (`flags` as simulate_cmd collects them)."""
+    f = flags
+    return build_workload(
+        f["trace"], trace_format, on_error, time_scale, 0 if f["seed"] is None else f["seed"],
+        arrival=_arrival(bool(f["offline"]), f["request_rate"], f["concurrency"], f["burstiness"]),
+        request_rate=f["request_rate"], burstiness=f["burstiness"], concurrency=f["concurrency"],
+        num_requests=f["num_requests"], dataset=f["dataset"] or "random", input_len=f["input_len"],
+        output_len=f["output_len"], range_ratio=f["range_ratio"],
+        shared_prefix_len=f["shared_prefix_len"], num_prefixes=f["num_prefixes"], turns=f["turns"],
+        lora_popularity=lora_popularity, lora_zipf_exponent=lora_zipf_exponent)
+
+
+def _entry_slo(entry, ttft_ms, tpot_ms, e2e_ms, percentile) -> tuple:
+    """The SLOs a --plan file carries when the command line gives none (else those given)."""
+    if entry is not None and entry.slo and all(v is None for v in (ttft_ms, tpot_ms, e2e_ms)):
+        return (*(entry.slo.get(k) for k in ("ttft_ms", "tpot_ms", "e2e_ms")),
+                entry.slo.get("percentile", percentile))
+    return ttft_ms, tpot_ms, e2e_ms, percentile
 
 
 def _from_plan_file(path: Path, index: int, flagged: ServingPlan) -> tuple[PlanEntry, ServingPlan]:
