@@ -1,7 +1,8 @@
 """Default knobs of the serving engines (vLLM V1, SGLang, TensorRT-LLM) for a GPU.
 
 The numbers and rules live in `data/engine_defaults.yaml`, each with the engine file and commit
-it was read from; this module only applies them. `offline=True` models offline batch use (vLLM's
+it was read from, by release where a default changed between releases (`versions`); this module
+only applies them, for the release serving.versions reads from the version string. `offline=True` models offline batch use (vLLM's
 `LLM` class, `trtllm-bench throughput`); `offline=False` models the online server.
 """
 
