@@ -109,3 +109,12 @@ def test_choose_layout_never_raises_for_want_of_a_layout():
     except ConfigError as exc:  # pragma: no cover - the point of the test
         pytest.fail(f"choose_layout raised {exc}")
     assert plan.tp == 1 and plan.replicas == 3  # 3 GPUs: no power-of-two TP above 1 divides them
+
+
+def test_cli_phase_pools_keep_their_own_tp():
+    result = CliRunner().invoke(app, ["serve", "simulate", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb",
+                                      "--num-gpus", "4", "--pool", "prefill", "--prefill-tp", "4", "--offline",
+                                      "--dataset", "fixed", "--input-len", "500", "--output-len", "1",
+                                      "--num-requests", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "no layout given" not in result.stderr and "layout" not in json.loads(result.stdout)

@@ -231,8 +231,8 @@ def simulate_cmd(
     slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile = _entry_slo(
         entry, slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
     slo = _slo(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
-    open_layout = num_gpus is not None and entry is None and all(
-        v is None for v in (tp, pp, ep, dp, replicas, prefill_gpus, decode_gpus))
+    open_layout = num_gpus is not None and entry is None and plan.disaggregated is None and all(
+        v is None for v in (tp, pp, ep, dp, replicas))
     plan, chosen = _chosen(spec_model, cluster, plan, workload, open_layout)
     result = _run(spec_model, cluster, plan, workload, slo,
                   shown=show_progress(quiet, json_out) and len(workload.requests) >= 5000)
