@@ -35,6 +35,8 @@ class Row:
     high: float | None = None
     extrapolating: tuple[str, ...] = ()
     """Why the record lies outside what the calibration records span (empty when inside)."""
+    notes: tuple[str, ...] = ()
+    """What meshplan chose because the record did not say (a serving layout, an engine release)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +73,9 @@ def serving_rows(record: Record) -> list[Row]:
     if not any(measured.values()):
         raise ConfigError("the record measures only max_request_rate_under_slo, which needs "
                           "the capacity search (serve plan), not one simulation")
-    predicted = predict_serving(serving_case(record))
-    return [Row(record.id, "serving", k, v, predicted[k], predicted[k] / v - 1)
+    case = serving_case(record)
+    predicted = predict_serving(case)
+    return [Row(record.id, "serving", k, v, predicted[k], predicted[k] / v - 1, notes=case.notes)
             for k, v in measured.items() if v and predicted[k] == predicted[k]]
 
 
@@ -151,7 +154,15 @@ def summary(rows: list[Row]) -> dict:
     return out
 
 
+def _row_dict(row: Row) -> dict:
+    """A row as JSON; `notes` only when there are some."""
+    d = asdict(row)
+    if not d["notes"]:
+        del d["notes"]
+    return d
+
+
 def report(rows: list[Row], skips: list[Skip]) -> dict:
     """The `validate --json` object of SCHEMA.md."""
-    return {"records": [asdict(r) for r in rows], "skipped": [asdict(s) for s in skips],
+    return {"records": [_row_dict(r) for r in rows], "skipped": [asdict(s) for s in skips],
             "summary": summary(rows)}

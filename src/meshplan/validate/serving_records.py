@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
+from meshplan.serving.cost.constants import version_note
+from meshplan.serving.engine.layout import choose_layout
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import simulate
 from meshplan.serving.traffic.workload import Workload, WorkloadSpec, synthesize
@@ -34,6 +36,8 @@ class ServingCase:
     cluster: Cluster
     plan: ServingPlan
     workload: Workload
+    notes: tuple[str, ...] = ()
+    """What was chosen for the record because it did not say (layout, engine release)."""
 
 
 def _kv_dtype(s) -> str:
@@ -79,11 +83,24 @@ def _workload(record: Record, seed: int) -> Workload:
     return synthesize(spec, seed=seed)
 
 
+def layout_unstated(record: Record) -> bool:
+    """Whether the record gives only a GPU count: no tp, pp, ep, dp, replicas or
+    disaggregated pools (SCHEMA.md: a missing layout is chosen, not fatal)."""
+    s = record.serving
+    return all(v is None for v in (s.tp, s.pp, s.ep, s.dp, s.replicas, s.disaggregated))
+
+
 def serving_case(record: Record, seed: int = 0) -> ServingCase:
-    """The model, cluster, plan and workload a serving record describes."""
+    """The model, cluster, plan and workload a serving record describes; a layout the record
+    leaves out is chosen (serving.engine.layout) and said in `notes`."""
     model = record_model(record)
     cluster = Cluster.build(**record.hardware.model_dump())
-    return ServingCase(record, model, cluster, _plan(record, model), _workload(record, seed))
+    plan, workload = _plan(record, model), _workload(record, seed)
+    notes = [n for n in (version_note(plan.engine, plan.engine_version),) if n]
+    if layout_unstated(record):
+        plan, note = choose_layout(model, cluster, plan, workload)
+        notes.append(note)
+    return ServingCase(record, model, cluster, plan, workload, tuple(notes))
 
 
 def predict_serving(case: ServingCase, engine=None) -> dict[str, float]:

@@ -10,13 +10,15 @@ from pydantic import ValidationError
 
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
-from meshplan.cli.common import (QUIET, console, finish, print_json, progress, show_progress,
+from meshplan.cli.common import (QUIET, console, err_console, finish, print_json, progress, show_progress,
                                  user_errors, with_site)
 from meshplan.cli.commands.serve_files import PlanEntry, read_plan_entry
 from meshplan.cli.lazy import new_app
 from meshplan.errors import ConfigError
 from meshplan.model import load_model
+from meshplan.serving.cost.constants import version_note
 from meshplan.serving.cost.lora import lora_slots
+from meshplan.serving.engine.layout import RULE as LAYOUT_RULE, choose_layout
 from meshplan.serving.engine.placement import check_placement
 from meshplan.serving.metrics.summary import SLO
 from meshplan.serving.plan import Disaggregation, ServingPlan
@@ -49,6 +51,10 @@ def phase_pool(pool: str, dis: dict, tp: int, pp: int, replicas: int) -> dict:
     size = dis[f"{pool}_tp"] or tp
     gpus = dis[f"{pool}_gpus"] or size * pp * replicas
     return {f"{pool}_gpus": gpus, f"{pool}_tp": size, f"{other}_gpus": None, f"{other}_tp": None}
+
+
+_OPEN_LAYOUT = (" With --num-gpus and no tp/pp/ep/dp/replicas, meshplan chooses the layout: the smallest "
+                "TP that fits, replicas filling the GPUs (said on stderr).")
 
 
 def build_serving_plan(pool: str = "both", **fields) -> ServingPlan:
@@ -132,9 +138,9 @@ def simulate_cmd(
     gpus_per_node: int = opt.GPUS_PER_NODE, inter_node_gbps_per_gpu: float = opt.INTER_NODE_GBPS,
     engine: str = typer.Option("vllm", help=_help("engine")),
     engine_version: str = typer.Option(None, help=_help("engine_version")),
-    tp: int = typer.Option(1, help=_help("tp")), pp: int = typer.Option(1, help=_help("pp")),
-    ep: int = typer.Option(1, help=_help("ep")), dp: int = typer.Option(1, help=_help("dp")),
-    replicas: int = typer.Option(1, help=_help("replicas")),
+    tp: int = typer.Option(None, help=_help("tp") + _OPEN_LAYOUT), pp: int = typer.Option(None, help=_help("pp")),
+    ep: int = typer.Option(None, help=_help("ep")), dp: int = typer.Option(None, help=_help("dp")),
+    replicas: int = typer.Option(None, help=_help("replicas")),
     router: str = typer.Option("round-robin", help=_help("router")),
     weights_dtype: str = typer.Option("bf16", help=_help("weights_dtype")),
     kv_cache_dtype: str = typer.Option("auto", help=_help("kv_cache_dtype")),
@@ -225,12 +231,15 @@ def simulate_cmd(
     slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile = _entry_slo(
         entry, slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
     slo = _slo(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
+    open_layout = num_gpus is not None and entry is None and plan.disaggregated is None and all(
+        v is None for v in (tp, pp, ep, dp, replicas))
+    plan, chosen = _chosen(spec_model, cluster, plan, workload, open_layout)
     result = _run(spec_model, cluster, plan, workload, slo,
                   shown=show_progress(quiet, json_out) and len(workload.requests) >= 5000)
     _write_outputs(result, requests_csv, trace_out)
     verdict = slo_verdict(result, slo, slo_percentile)
     if json_out:
-        print_json({**result.to_dict(), **({"slo": verdict} if verdict else {})})
+        print_json({**result.to_dict(), **chosen, **({"slo": verdict} if verdict else {})})
     else:
         _render(result, workload)
         _render_verdict(verdict)
@@ -243,6 +252,20 @@ def simulate_cmd(
 
     html_option.write(html, page)
     finish(verdict is None or verdict["met"])
+
+
+def _chosen(model, cluster, plan: ServingPlan, workload: Workload, open_layout: bool) -> tuple[ServingPlan, dict]:
+    """The plan to simulate and what meshplan chose for it (JSON fields `layout`, `notes`),
+    each choice also a `note:` line on stderr: the layout when only a GPU count was given, the
+    engine release when --engine-version names none."""
+    notes, extra = [n for n in (version_note(plan.engine, plan.engine_version),) if n], {}
+    if open_layout:
+        plan, note = choose_layout(model, cluster, plan, workload)
+        notes.append(note)
+        extra["layout"] = {"tp": plan.tp, "pp": plan.pp, "replicas": plan.replicas, "chosen": True, "rule": LAYOUT_RULE}
+    for note in notes:
+        err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
+    return plan, {**extra, **({"notes": notes} if notes else {})}
 
 
 def _flag_workload(flags: dict, trace_format, on_error, time_scale, lora_popularity,

@@ -49,6 +49,9 @@ def validate(
     skips = bad + skips
     for skip in skips:  # unreadable and unrepresentable records alike, with the reason
         err_console.print(f"[yellow]skipped[/] {skip.id}: {skip.reason}", highlight=False, soft_wrap=True)
+    for rid, notes in dict((r.id, r.notes) for r in rows if r.notes).items():  # once per record
+        for note in notes:
+            err_console.print(f"note: {rid}: {note}", highlight=False, markup=False, soft_wrap=True)
     data = report(rows, skips)
 
     def page():

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass, fields
 from importlib import resources
 
+from meshplan.serving.versions import resolve_version
 from meshplan.yamlread import load_packaged
 
 
@@ -35,20 +35,23 @@ class EngineConstants:
 
 FIELDS = tuple(f.name for f in fields(EngineConstants))
 
-_MAJOR = re.compile(r"v?(\d+)\.")
-
-
 def constants_key(engine: str, version: str | None = None) -> str:
     """The row of the constants files an engine release uses. TensorRT-LLM is two engines
     under one name: releases before 1.0 compile TensorRT engines run by the C++ executor
-    ("tensorrt-llm"); 1.0 made the PyTorch backend the default ("tensorrt-llm-pytorch"),
-    also the answer when the version is not given."""
+    ("tensorrt-llm"); 1.0 made the PyTorch backend the default ("tensorrt-llm-pytorch").
+    The version is read as the engine defaults read it (serving.engine.versions): a backend
+    named in it wins ("trtllm-cpp 0.21", "1.0 (PyTorch)"); one without a release number is
+    the latest release, the PyTorch backend, and `version_note` says so."""
     if engine != "tensorrt-llm":
         return engine
-    if version is None or "pytorch" in version.lower():
-        return "tensorrt-llm-pytorch"
-    major = _MAJOR.match(version.strip())
-    return "tensorrt-llm" if major and int(major.group(1)) < 1 else "tensorrt-llm-pytorch"
+    backend = resolve_version(engine, version).backend
+    return "tensorrt-llm" if backend == "cpp" else "tensorrt-llm-pytorch"
+
+
+def version_note(engine: str, version: str | None) -> str | None:
+    """The note to show when `version` has no release number (which defaults and constants
+    were chosen instead), else None."""
+    return resolve_version(engine, version).note
 
 
 def _read(name: str) -> dict:

@@ -1,7 +1,8 @@
 """Default knobs of the serving engines (vLLM V1, SGLang, TensorRT-LLM) for a GPU.
 
 The numbers and rules live in `data/engine_defaults.yaml`, each with the engine file and commit
-it was read from; this module only applies them. `offline=True` models offline batch use (vLLM's
+it was read from, by release where a default changed between releases (`versions`); this module
+only applies them, for the release serving.versions reads from the version string. `offline=True` models offline batch use (vLLM's
 `LLM` class, `trtllm-bench throughput`); `offline=False` models the online server.
 """
 
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
-from meshplan.yamlread import load_packaged
-
 from meshplan.errors import ConfigError, UnknownNameError
+from meshplan.serving import versions
+from meshplan.serving.versions import EngineVersion, in_range
+from meshplan.yamlread import load_packaged
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm")
 _ALIASES = {"trtllm": "tensorrt-llm", "trt-llm": "tensorrt-llm", "tensorrt_llm": "tensorrt-llm",
@@ -45,6 +47,12 @@ class EngineDefaults:
     memory_fraction_of: str = "total"
     """"total": weights + KV (+ activations for vLLM) within that share of all memory;
     "free_after_weights": the share of memory left after weights that the KV cache takes."""
+    release: str = "latest"
+    """The release whose defaults these are ("0.13.0", or "latest" when none was readable)."""
+    backend: str | None = None
+    """TensorRT-LLM: "pytorch" (1.0+) or "cpp" (TensorRT engines, 0.x); None otherwise."""
+    version_note: str | None = None
+    """Set when the engine version could not be read: which defaults were used instead."""
 
 
 @functools.cache
@@ -66,14 +74,35 @@ def knobs(engine: str) -> dict:
     return _engines()[canonical_engine(engine)]["knobs"]
 
 
+def resolve_version(engine: str, version: str | None) -> EngineVersion:
+    """`version` of `engine` read (see serving.engine.versions); its note, when it has no
+    release number, names the latest documented defaults used instead."""
+    return versions.resolve_version(canonical_engine(engine), version)
+
+
 def _matches(when: dict, ctx: dict) -> bool:
     return ((when.get("offline") is None or when["offline"] == ctx["offline"])
             and ctx["gib"] >= when.get("min_gib", 0) and ctx["gib"] < when.get("max_gib", math.inf)
             and ctx["tp"] >= when.get("min_tp", 0) and ctx["tp"] < when.get("max_tp", math.inf)
-            and not any(s in ctx["name"] for s in when.get("name_excludes", ())))
+            and not any(s in ctx["name"] for s in when.get("name_excludes", ()))
+            and ("name_includes" not in when or any(s in ctx["name"] for s in when["name_includes"])))
+
+
+def _variant(entry: dict, ctx: dict) -> dict:
+    """The entry of a knob for the release (and backend) in `ctx`: a knob that varies by version
+    lists `versions`, each with optional `since` (inclusive), `before` (exclusive) and `backend`;
+    the first that matches wins."""
+    if "versions" not in entry:
+        return entry
+    for v in entry["versions"]:
+        if (in_range(ctx.get("release"), v.get("since"), v.get("before"))
+                and v.get("backend", ctx.get("backend")) == ctx.get("backend")):
+            return v
+    raise ValueError(f"no version entry matches release {ctx.get('release')} in {entry}")
 
 
 def _pick(entry: dict, ctx: dict):
+    entry = _variant(entry, ctx)
     if "value" in entry:
         return entry["value"]
     for rule in entry["rules"]:
@@ -90,9 +119,13 @@ def sglang_max_running_requests(kv_tokens: int, context_len: int) -> int:
 
 
 def sglang_mem_fraction_static(gpu_memory_bytes: int, chunked_prefill_size: int, cuda_graph_max_bs: int,
-                               tp: int = 1, pp: int = 1) -> float:
-    """SGLang's default mem_fraction_static (dense model on CUDA, prefill graphs on)."""
-    k = knobs("sglang")["mem_fraction_static"]
+                               tp: int = 1, pp: int = 1, version: str | None = None) -> float:
+    """SGLang's default mem_fraction_static (dense model on CUDA, prefill graphs on): by TP
+    alone in the 0.4 series, from the GPU's memory and the graph and chunk sizes since."""
+    v = resolve_version("sglang", version)
+    k = _variant(knobs("sglang")["mem_fraction_static"], {"release": v.release, "backend": None})
+    if "rules" in k:
+        return _pick(k, {"offline": False, "gib": gpu_memory_bytes / _GIB, "tp": tp * pp, "name": ""})
     gpu_mb = gpu_memory_bytes / 2**20
     reserved = (k["base_mb"] + max(chunked_prefill_size, k["min_chunk_tokens"]) * k["per_chunk_token_mb"]
                 + tp * pp * k["per_tp_pp_mb"] + cuda_graph_max_bs * k["per_graph_bs_mb"]
@@ -139,50 +172,58 @@ def trtllm_bench_settings(gpu_memory_bytes: int, *, tp: int, input_len: int, out
 def engine_defaults(engine: str, gpu_memory_bytes: int, *, tp: int = 1, pp: int = 1, input_len: int | None = None,
                     output_len: int | None = None, offline: bool = False, gpu_name: str = "",
                     kv_tokens: int | None = None, context_len: int | None = None,
-                    weights_bytes: int | None = None, kv_bytes_per_token: int | None = None) -> EngineDefaults:
-    """The defaults `engine` picks on a GPU with `gpu_memory_bytes` of memory.
+                    weights_bytes: int | None = None, kv_bytes_per_token: int | None = None,
+                    version: str | None = None) -> EngineDefaults:
+    """The defaults `engine` release `version` picks on a GPU with `gpu_memory_bytes` of memory.
 
-    `gpu_name` matters for vLLM (A100s keep the small budgets); `kv_tokens`/`context_len` for
+    `version` is read by serving.engine.versions; without a release number in it the latest
+    documented defaults apply and `version_note` says so. `gpu_name` matters for vLLM (A100s
+    keep the small budgets; 0.8 keyed on H100/H200 names); `kv_tokens`/`context_len` for
     SGLang's running-request cap; `weights_bytes`/`kv_bytes_per_token` with `input_len`/
     `output_len` (averages) for trtllm-bench's heuristic when `offline`.
     """
     key = canonical_engine(engine)
     k = knobs(key)
-    ctx = {"offline": offline, "gib": gpu_memory_bytes / _GIB, "tp": tp, "name": gpu_name.lower()}
+    v = resolve_version(key, version)
+    ctx = {"offline": offline, "gib": gpu_memory_bytes / _GIB, "tp": tp, "name": gpu_name.lower(),
+           "release": v.release, "backend": v.backend}
     if key == "vllm":
-        return _vllm(k, ctx)
-    if key == "sglang":
-        return _sglang(k, ctx, gpu_memory_bytes, tp, kv_tokens, context_len)
-    sizes = (input_len, output_len, weights_bytes, kv_bytes_per_token)
-    return _trtllm(k, ctx, gpu_memory_bytes, tp, pp, sizes)
+        d = _vllm(k, ctx)
+    elif key == "sglang":
+        d = _sglang(k, ctx, gpu_memory_bytes, tp, kv_tokens, context_len, version)
+    else:
+        d = _trtllm(k, ctx, gpu_memory_bytes, tp, pp, (input_len, output_len, weights_bytes, kv_bytes_per_token))
+    return replace(d, release=v.label(), backend=v.backend, version_note=v.note)
 
 
 def _vllm(k: dict, ctx: dict) -> EngineDefaults:
     tokens = _pick(k["max_num_batched_tokens"], ctx)
     seqs = min(_pick(k["max_num_seqs"], ctx), tokens)
     graph = min(seqs * k["cuda_graph_max_batch"]["seqs_factor"], k["cuda_graph_max_batch"]["cap"], tokens)
+    src = _variant(k["max_num_batched_tokens"], ctx)["source"]
     return EngineDefaults(
         engine="vllm", max_num_seqs=seqs, max_num_batched_tokens=tokens,
         gpu_memory_utilization=_pick(k["gpu_memory_utilization"], ctx), block_size=_pick(k["block_size"], ctx),
         chunked_prefill=_pick(k["chunked_prefill"], ctx), prefix_caching=_pick(k["prefix_caching"], ctx),
         scheduler_policy=_pick(k["scheduler_policy"], ctx), cuda_graph_max_batch=graph,
         source_note=f"vLLM V1 {'LLM class' if ctx['offline'] else 'vllm serve'} defaults, "
-                    f"EngineArgs._set_default_args (vllm/engine/arg_utils.py @99d7eb5d)")
+                    f"{src['path']} @{str(src['version_or_commit'])[:8]}")
 
 
 def _sglang(k: dict, ctx: dict, gpu_memory_bytes: int, tp: int, kv_tokens: int | None,
-            context_len: int | None) -> EngineDefaults:
+            context_len: int | None, version: str | None) -> EngineDefaults:
     chunk = _pick(k["chunked_prefill_size"], ctx)
     graph = _pick(k["cuda_graph_max_bs"], ctx)
     known = kv_tokens is not None and context_len is not None
     seqs = sglang_max_running_requests(kv_tokens, context_len) if known else k["max_running_requests"]["default"]
+    src = _variant(k["chunked_prefill_size"], ctx)["source"]
     return EngineDefaults(
         engine="sglang", max_num_seqs=seqs, max_num_batched_tokens=min(chunk, _pick(k["max_prefill_tokens"], ctx)),
-        gpu_memory_utilization=sglang_mem_fraction_static(gpu_memory_bytes, chunk, graph, tp),
+        gpu_memory_utilization=sglang_mem_fraction_static(gpu_memory_bytes, chunk, graph, tp, version=version),
         block_size=_pick(k["page_size"], ctx), chunked_prefill=_pick(k["chunked_prefill"], ctx),
         prefix_caching=_pick(k["radix_cache"], ctx), scheduler_policy=_pick(k["schedule_policy"], ctx),
         cuda_graph_max_batch=graph,
-        source_note="SGLang handle_gpu_memory_settings (arg_groups/memory_hook.py @a82da8da); "
+        source_note=f"SGLang memory defaults ({src['path']} @{str(src['version_or_commit'])[:8]}); "
                     + ("max_running_requests from the KV pool" if known
                        else "max_running_requests = request-pool floor 2048 (KV pool unknown)"))
 
@@ -204,9 +245,10 @@ def _trtllm(k: dict, ctx: dict, gpu_memory_bytes: int, tp: int, pp: int, sizes: 
             how = "trtllm-bench throughput without model sizes: BuildConfig 2048/8192, heuristic not applied"
     graph = _pick(k["cuda_graph_max_batch"], ctx)
     mode = "offline" if ctx["offline"] else "server"
+    path = "C++ runtime, TensorRT engines" if ctx["backend"] == "cpp" else "PyTorch backend"
     return EngineDefaults(
         engine="tensorrt-llm", max_num_seqs=bs, max_num_batched_tokens=tokens, gpu_memory_utilization=fraction,
         block_size=_pick(k["block_size"], ctx), chunked_prefill=_pick(k["chunked_prefill"], ctx),
         prefix_caching=_pick(k["prefix_caching"], ctx), scheduler_policy=_pick(k["scheduler_policy"], ctx),
         cuda_graph_max_batch=bs if graph == "max_batch_size" else graph,
-        source_note=f"TensorRT-LLM {mode}: {how}", memory_fraction_of="free_after_weights")
+        source_note=f"TensorRT-LLM {mode} ({path}): {how}", memory_fraction_of="free_after_weights")

@@ -74,7 +74,7 @@ def _defaults(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: W
     whole = plan.model_copy(update={"tp": 1, "pp": 1, "ep": 1})
     return engine_defaults(
         plan.engine, cluster.gpu.hbm_bytes, tp=plan.tp * plan.dp, pp=plan.pp, input_len=mean_in, output_len=mean_out,
-        offline=offline, gpu_name=cluster.gpu.name, kv_tokens=kv_tokens,
+        offline=offline, gpu_name=cluster.gpu.name, kv_tokens=kv_tokens, version=plan.engine_version,
         context_len=model.max_position_embeddings or 8192,
         weights_bytes=int(weight_bytes_per_gpu(model, whole)),
         kv_bytes_per_token=int(kv_layout(model, whole).bytes_per_token))
