@@ -38,7 +38,7 @@ SERVE_COLUMNS = ("gpu", "layout", "replicas", "gpus", "capacity_requests_per_s",
 
 PAGES = (
     Page("train/memory", "Training memory", "TrainingRequest", "/api/train/memory", job=False),
-    Page("train/estimate", "Training step time", "TrainingRequest", "/api/train/estimate", job=False),
+    Page("train/estimate", "Training step time", "TrainingEstimateRequest", "/api/train/estimate", job=False),
     Page("train/plan", "Training plan search", "TrainingSearchRequest", "/api/train/plan", job=True,
          exports=("megatron", "torchtitan", "deepspeed"), columns=TRAIN_COLUMNS),
     Page("serve/simulate", "Serving simulation", "SimulateRequest", "/api/serve/simulate", job=True),
@@ -48,14 +48,15 @@ PAGES = (
 )
 
 
-def _templates():
+def templates():
+    """The Jinja2 templates of the pages (meshplan/ui/templates)."""
     from fastapi.templating import Jinja2Templates
 
     return Jinja2Templates(directory=str(resources.files("meshplan.ui") / "templates"))
 
 
 def _render(request: Request, page: Page | None) -> HTMLResponse:
-    return _templates().TemplateResponse(request, "page.html", {
+    return templates().TemplateResponse(request, "page.html", {
         "page": asdict(page) if page else None, "pages": PAGES})
 
 
