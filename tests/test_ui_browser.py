@@ -245,3 +245,26 @@ def test_bad_input_shows_the_cli_message(server, page):
     page.click("#run")
     page.wait_for_selector("#error:not([hidden])")
     assert page.inner_text("#error").startswith("unknown model 'llama-3.1-7b'; closest: llama-3.1-70b")
+
+
+def test_validation_shows_bands_beside_predictions_and_why_they_extrapolate(server, page, tmp_path):
+    """validate's rows carry `low`/`high` beside `predicted` (not an `intervals` entry): the
+    renderer finds a band wherever it sits beside its value."""
+    record = {"id": "web-band", "kind": "training", "source": {"name": "a test input (made up)"},
+              "model": "llama-3.1-8b", "hardware": {"gpu": "mi300x-192gb", "num_gpus": 8},
+              "training": {"framework": "megatron", "seq_length": 4096, "global_batch_size": 64, "tp": 1,
+                           "pp": 1, "recompute": "full", "precision": "bf16"},
+              "measured": {"tokens_per_s_per_gpu": 7000.0}}
+    path = tmp_path / "records.yaml"
+    path.write_text(json.dumps({"schema": 1, "records": [record]}))  # JSON is YAML
+    page.goto(f"{server}/validate")
+    page.wait_for_selector("body[data-ready='1']")
+    page.set_input_files("#records", str(path))
+    page.click("#run")
+    page.wait_for_selector("#table-records", timeout=60_000)
+    (row,) = table(page, "records")
+    assert re.fullmatch(BAND, row["predicted"]) and "low" not in row and "high" not in row, row
+    assert row["extrapolating"] == "no calibration record with architecture cdna3"
+    assert re.fullmatch(r"-?[\d.]+", row["error (%)"])
+    summary = dict(r.split("\t") for r in page.inner_text("#result").splitlines() if r.startswith("median abs"))
+    assert summary["median abs rel error"].endswith("%"), summary

@@ -363,10 +363,11 @@ function keyTable(title, entries, id) {
 function rowTable(key, rows) {
   const box = document.createElement("div"), table = document.createElement("table");
   table.id = `table-${key}`;
-  const paths = key === "plans" && page.columns.length ? page.columns
+  const paths = key === "plans" && page.columns.length ? [...page.columns]
       : Object.keys(rows[0]).filter((k) => shown(rows[0], k));
-  const columns = paths.map((p) => F.column(rows, p))
-      .filter((c, i) => rows.some((r) => { const v = pick(r, paths[i]); return v != null && typeof v !== "object"; }));
+  if (key !== "plans" && rows.some((r) => (r.extrapolating || []).length)) paths.push("extrapolating");
+  const cellable = (v) => v != null && (typeof v !== "object" || (Array.isArray(v) && v.length > 0));
+  const columns = paths.map((p) => F.column(rows, p)).filter((c, i) => rows.some((r) => cellable(pick(r, paths[i]))));
   const head = table.createTHead().insertRow();
   for (const c of [{header: "#"}, ...columns]) { const th = document.createElement("th"); th.textContent = c.header; head.append(th); }
   const body = table.createTBody();

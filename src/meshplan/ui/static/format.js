@@ -8,13 +8,15 @@
 const GIB = 2 ** 30;
 
 const UNITS = [  // [pattern on a field name, kind]; the first match wins
+  [/^n$|_count$|^num_|^completed$|^requests$|^iterations$/, "count"],
+  [/rel_error/, "%"],
   [/(^|_)bytes$|_bytes_per_/, "bytes"],
   [/_gib$/, "GiB"],
   [/_s_per_\w*_s$/, "x"],
   [/_ms$/, "ms"],
   [/tokens_per_s/, "tokens/s"],
   [/requests_per_s|^goodput_per_gpu$|^request_rate$/, "req/s"],
-  [/^(mfu|hfu)$|_ratio$|_fraction$|utilization|hit_rate$|^rel_error$/, "%"],
+  [/^(mfu|hfu)$|_ratio$|_fraction$|utilization|hit_rate$/, "%"],
   [/(^|_)usd($|_)|^cost_per/, "USD"],
   [/_days$|^days_/, "days"],
   [/gpu_hours/, "GPU-hours"],
@@ -23,7 +25,7 @@ const UNITS = [  // [pattern on a field name, kind]; the first match wins
 const PARENT_UNITS = {breakdown: "s", slo_margins: "%", misses: "%"};
 // Names read as words; the rest: underscores to spaces, unit suffix dropped, acronyms in capitals.
 const LABELS = {
-  tp: "TP", pp: "PP", vpp: "virtual stages", dp: "DP", cp: "CP", ep: "EP", etp: "expert TP",
+  tp: "TP", pp: "PP", vpp: "VPP", dp: "DP", cp: "CP", ep: "EP", etp: "expert TP",
   num_gpus: "GPUs", gpus: "GPUs", gpu: "GPU", micro_batch_size: "micro-batch", global_batch_size: "global batch",
   seq_len: "sequence length", dp_sharding: "DP sharding", tokens_per_s_per_gpu: "tokens/s per GPU",
   tokens_per_s: "tokens/s (all GPUs)", peak_bytes: "peak memory", gpu_memory_bytes: "GPU memory",
@@ -73,6 +75,7 @@ function scale(kind, values) {
     case "s": return finite.length && finite.every((v) => Math.abs(v) < 1)
       ? {unit: "ms", show: (v) => num(v * 1000)} : {unit: "s", show: num};
     case "USD": return {unit: "USD", show: (v) => (Math.abs(v) < 1 ? v.toFixed(4) : num(v))};
+    case "count": return {unit: "", show: num};
     default: return {unit: kind, show: num};
   }
 }
