@@ -188,3 +188,25 @@ def test_every_infeasible_serving_plan_has_a_reason(client):
     infeasible = view["result"]["infeasible"]
     assert infeasible and all(entry["reason"] for entry in infeasible)
     assert any("ranks below the plans shown (--top)" in entry["reason"] for entry in infeasible)
+
+
+def test_every_banded_headline_row_is_in_the_report_and_has_its_band(client):
+    """The pages add a band to the report's headline rows they name (pages.Page.bands): each
+    named row exists, and the answer holds that value's band under `intervals`."""
+    pytest.importorskip("plotly", reason="the report's headline needs the viz extra")
+    pages = {p.path: p for p in PAGES}
+    search = {"model": "llama-3.2-1b", "gpu": H100, "num_gpus": 8, "global_batch_size": 64, "top": 1}
+    answers = {"train/memory": client.post("/api/train/memory?plots=true", json=SMALL).json(),
+               "train/estimate": client.post("/api/train/estimate?plots=true", json=SMALL).json(),
+               "train/plan": wait(client, client.post("/api/train/plan", json=search).json())["result"]}
+    for path, answer in answers.items():
+        rows = [row[0] for row in answer["report"]["headline"]]
+        assert pages[path].bands, path
+        for row, where in pages[path].bands:
+            assert row in rows, (path, row, rows)
+            *parents, key = where.split(".")
+            holder = answer
+            for part in parents:
+                holder = holder[int(part)] if part.isdigit() else holder[part]
+            band = holder["intervals"][key]
+            assert band["low"] < holder[key] < band["high"], (path, where)

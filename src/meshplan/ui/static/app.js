@@ -332,7 +332,8 @@ const isRows = (v) => Array.isArray(v) && v.length > 0 && typeof v[0] === "objec
 // Scalars as one key-value table, then each nested object (its own table) and list of rows;
 // an object the answer repeats (a memory estimate's plan inside a step estimate) shows once.
 function render(data, parent, name, parentKey, seen = new Set()) {
-  const empty = (v) => v === null || v === "" || (Array.isArray(v) && !v.length);
+  // empty, or a long series the report plots (a simulation's timeseries): not a table row
+  const empty = (v) => v === null || v === "" || (Array.isArray(v) && (!v.length || (v.length > 12 && !isRows(v))));
   const scalars = Object.keys(data).filter((k) => shown(data, k) && !empty(data[k])
       && (typeof data[k] !== "object" || (Array.isArray(data[k]) && !isRows(data[k]))));
   if (scalars.length) parent.append(keyTable(name, scalars.map((k) => [F.label(k), F.valueText(data, k, parentKey)])));

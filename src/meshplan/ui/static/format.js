@@ -13,7 +13,7 @@ const UNITS = [  // [pattern on a field name, kind]; the first match wins
   [/(^|_)bytes$|_bytes_per_/, "bytes"],
   [/_gib$/, "GiB"],
   [/_s_per_\w*_s$/, "x"],
-  [/_ms$/, "ms"],
+  [/_ms($|_)/, "ms"],
   [/tokens_per_s/, "tokens/s"],
   [/requests_per_s|^goodput_per_gpu$|^request_rate$/, "req/s"],
   [/^(mfu|hfu)$|_ratio$|_fraction$|utilization|hit_rate$/, "%"],
@@ -53,7 +53,7 @@ function unitOf(key, parent) {
 
 function label(key) {
   if (LABELS[key]) return LABELS[key];
-  const words = key.replace(/_(bytes|ms|gib)$|(?<!_per)_s$/, "").split("_");
+  const words = key.replace(/_(bytes|ms|gib)$|(?<!_per)_s$|_ms(?=_p\d+$)/, "").split("_");
   return words.map((w) => ACRONYMS[w] || w).join(" ").replace(/ per s\b/g, "/s");
 }
 
