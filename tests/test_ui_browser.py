@@ -233,6 +233,10 @@ def test_shared_url_refills_the_form_and_reruns(server, page):
     assert page.input_value("[name='plan.recompute']") == "full"
     assert "step time" in page.inner_text("#result")
     assert page.input_value("[name='hardware.gpu']") == "h100-sxm-80gb"  # the GPU picker, refilled
+    with page.expect_download() as download:
+        page.click("text=JSON (--json)")
+    assert download.value.suggested_filename == "meshplan-train-estimate.json"
+    assert json.loads(Path(download.value.path()).read_text())["step_time_s"] > 0
     assert "run=1" in page.get_attribute("#share", "href")
     page.goto(f"{server}/train/plan?{query}")
     page.wait_for_selector("body[data-ready='1']")

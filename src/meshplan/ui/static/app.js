@@ -320,7 +320,8 @@ function downloads(result, job) {
   };
   if (job) link("JSON (--json)", `/api/jobs/${job.id}/json`);
   else link("JSON (--json)", URL.createObjectURL(new Blob([JSON.stringify(data, null, 2)],
-                                                         {type: "application/json"})), "meshplan.json");
+                                                         {type: "application/json"})),
+                 `meshplan-${page.path.replace("/", "-")}.json`);
   if (job && (result.plans || []).length)
     for (const target of page.exports) link(`${target} launch config`, `/api/jobs/${job.id}/export/${target}?index=1`);
   box.hidden = false;
