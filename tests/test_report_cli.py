@@ -116,8 +116,9 @@ def test_serve_plan_html(tmp_path):
                           "--request-rate", "5", "--slo-ttft-ms", "500", "--max-gpus", "1",
                           "--num-requests", "60", "--no-disaggregation", "--no-quantization",
                           "--workers", "1", "--top", "2", "--json", "--html", out).stdout)
-    capacity = figures(out)[0]["data"][0]
-    assert capacity["y"] == pytest.approx([p["capacity_requests_per_s"] for p in data["plans"]])
+    capacity = figures(out)[0]["data"][0]  # horizontal bars: the capacities run along x
+    assert capacity["orientation"] == "h"
+    assert capacity["x"] == pytest.approx([p["capacity_requests_per_s"] for p in data["plans"]])
 
 
 def test_validate_html(tmp_path):

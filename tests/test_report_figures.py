@@ -231,7 +231,11 @@ def test_serve_plan_capacities_and_latencies_come_from_the_candidates():
                      verified_margins={"ttft": 0.3, "tpot": 0.2})
     result = ServingSearch(ranked=[cand], infeasible=[], rate=8.0, targets=Targets(ttft_ms=200.0, tpot_ms=50.0),
                            objective="min-gpus", prices={}, simulated=1, simulations=4, pruned={}, wall_s=0.1)
-    assert list(fc.plan_capacity_figure(result).data[0].y) == [10.0]
+    bars = fc.plan_capacity_figure(result)
+    assert list(bars.data[0].x) == [10.0] and bars.data[0].orientation == "h"
+    # the plan names read level along the y axis (long rotated x labels squashed the chart)
+    assert list(bars.data[0].y) == ["#1 tp1 bf16 on h100-sxm-80gb x2 (2 GPUs)"]
+    assert bars.layout.yaxis.tickangle == 0 and bars.layout.yaxis.automargin
     ttft, tpot = fc.plan_curves_figure(result).data
     assert list(ttft.x) == [8.0, 10.0] and list(ttft.y) == pytest.approx([60.0, 160.0])
     assert list(tpot.y) == pytest.approx([10.0, 25.0])

@@ -280,6 +280,8 @@ def test_infeasible_plans_report_their_misses(model, unit):
         assert c.capacity.rate == 0 and c.capacity.margins["e2e"] > 1
     data = result_dict(r, "llama-3.1-8b")
     assert data["plans"] == [] and all(i["misses"]["E2E"] > 0 for i in data["infeasible"])
+    assert all(i["reason"].startswith("misses P90 E2E by +") and i["reason"].endswith("even at a trickle")
+               for i in data["infeasible"])  # what the text says, in the JSON too
     text = _text(render(r))
     assert "No plan serves 20 req/s within P90 E2E <= 10 ms" in text and "even at a trickle" in text
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -96,21 +97,43 @@ def cli_winner() -> dict:
     return json.loads(result.stdout)["plans"][0]
 
 
+LABELS = {"tp": "TP", "pp": "PP", "dp": "DP", "micro_batch_size": "micro-batch", "recompute": "recompute",
+          "dp_sharding": "DP sharding"}
+"""The plans table's headers for the CLI's field names."""
+BAND = r"[\d,.]+ \([\d,.]+-[\d,.]+\)"
+"""A number with its p10-p90 band, as the page writes it: 1,079 (845-1,198)."""
+
+
+def table(page, name: str) -> list[dict[str, str]]:
+    """The rows of a result table as {header: cell text}."""
+    header = page.locator(f"#table-{name} thead th").all_inner_texts()
+    rows = page.locator(f"#table-{name} tbody tr")
+    return [dict(zip(header, rows.nth(i).locator("td").all_inner_texts())) for i in range(rows.count())]
+
+
 def test_plan_search_in_the_browser(server, page):
     page.goto(f"{server}/train/plan")
     page.wait_for_selector("body[data-ready='1']")
     for name, value in SEARCH.items():
-        page.fill(f"[name='{name}']", value)
+        if name == "gpu":
+            page.select_option("[name='gpu']", value)  # a picker from the GPU catalog
+        else:
+            page.fill(f"[name='{name}']", value)
     page.click("#run")
     page.wait_for_selector("#table-plans tr.best", timeout=60_000)
     statuses = page.evaluate("window.statuses")
     assert any("running" in s for s in statuses), statuses  # progress was shown
     assert page.inner_text("#status").endswith(" s") and "done" in page.inner_text("#status")
     winner = cli_winner()
-    header = page.locator("#table-plans thead th").all_inner_texts()
-    cells = dict(zip(header, page.locator("#table-plans tr.best td").all_inner_texts()))
-    for field in ("tp", "pp", "dp", "micro_batch_size", "recompute", "dp_sharding"):
-        assert cells[field] == str(winner[field]), (field, cells)
+    best = table(page, "plans")[0]
+    for field, header in LABELS.items():
+        assert best[header] == str(winner[field]), (field, best)
+    assert best["GPUs"] == "16"
+    low, high = (winner["intervals"]["tokens_per_s_per_gpu"][k] for k in ("low", "high"))
+    assert best["tokens/s per GPU"] == f"{winner['tokens_per_s_per_gpu']:,.0f} ({low:,.0f}-{high:,.0f})"
+    text = page.inner_text("#result")
+    assert "score" not in text.lower() and "e+" not in text  # no debug dump, no exponent
+    assert re.search(r"winner tokens/s per GPU\s+[\d,]+ tokens/s \([\d,]+-[\d,]+\)\n", text), text[:800]
     page.wait_for_selector("#plots .main-svg", timeout=30_000)
     assert page.locator("#plots .js-plotly-plot").count() >= 2
     assert page.locator("#plots .main-svg .point").count() > 0  # the ranked plans are drawn
@@ -118,10 +141,87 @@ def test_plan_search_in_the_browser(server, page):
     page.screenshot(path=str(ARTIFACTS / "ui-plan.png"), full_page=True)
     with page.expect_download() as download:
         page.click("text=megatron launch config")
+    assert download.value.suggested_filename.endswith("-1.sh")
     text = Path(download.value.path()).read_text()
     assert text.startswith("#!/bin/bash\n# Megatron-LM launch for llama-3.1-8b on 16 x h100-sxm-80gb")
     assert f"--tensor-model-parallel-size {winner['tp']}" in text
     assert f"--micro-batch-size {winner['micro_batch_size']}" in text
+    with page.expect_download() as download:
+        page.click("text=torchtitan launch config")
+    assert download.value.suggested_filename.endswith("-1.toml")
+
+
+def test_several_cluster_sizes_read_as_a_report(server, page):
+    page.goto(f"{server}/train/plan?model=llama-3.1-70b&gpu=h100-sxm-80gb&num_gpus=128,256,512"
+              "&global_batch_size=512&run=1")
+    page.wait_for_selector("#table-plans tr.best", timeout=60_000)
+    rows = table(page, "plans")
+    assert len({r["GPUs"] for r in rows}) > 1 and {r["GPUs"] for r in rows} <= {"128", "256", "512"}
+    header = page.locator("#table-plans thead th").all_inner_texts()
+    assert {"MFU (%)", "step time (s)", "peak memory (GiB)", "tokens/s per GPU"} <= set(header), header
+    for row in rows:  # one format per column: GiB and %, each with its band; no raw bytes or fractions
+        assert re.fullmatch(BAND, row["peak memory (GiB)"]) and float(row["peak memory (GiB)"].split()[0]) < 100
+        assert re.fullmatch(BAND, row["MFU (%)"]) and 10 < float(row["MFU (%)"].split()[0]) < 100
+    assert [r["GPUs"] for r in table(page, "search")] == ["128", "256", "512"]
+
+
+def test_a_method_picks_its_framework_and_extrapolation_is_a_warning(server, page):
+    page.goto(f"{server}/train/plan")
+    page.wait_for_selector("body[data-ready='1']")
+    frameworks = page.locator("[name='framework'] option").all_inner_texts()
+    assert {"megatron", "nemo", "torchtitan", "deepspeed", "hf", "fsdp"} <= set(frameworks), frameworks
+    assert "h100-sxm-80gb (nvidia, 79.6 GiB)" in page.locator("[name='gpu'] option").all_inner_texts()
+    page.goto(f"{server}/train/estimate?model=llama-3.1-8b&hardware.gpu=mi300x-192gb&hardware.num_gpus=8"
+              "&plan.method=qlora&run=1")
+    page.wait_for_selector("#extrapolating", timeout=30_000)
+    warning = page.inner_text("#extrapolating")
+    assert warning.startswith("Extrapolating") and "no calibration record with architecture cdna3" in warning
+    assert "no calibration record with framework hf" in warning  # qlora without a framework runs on hf
+    headline = dict(r.split("\t") for r in page.inner_text("#table-headline").splitlines())
+    assert re.fullmatch(r"[\d,]+ tokens/s \([\d,]+-[\d,]+\)", headline["tokens/s per GPU"]), headline
+    assert re.fullmatch(r"[\d.]+ s \([\d.]+-[\d.]+\)", headline["step time"]), headline
+
+
+def test_a_search_where_nothing_fits_says_why(server, page):
+    page.goto(f"{server}/train/plan?model=llama-3.1-70b&gpu=h100-sxm-80gb&num_gpus=8&global_batch_size=64&run=1")
+    page.wait_for_selector("#no-plan-8", timeout=60_000)
+    text = page.inner_text("#no-plan-8")
+    assert text.startswith("No plan fits on 8 GPUs:") and re.search(r"closest: tp\d+ .* GiB over", text), text
+
+
+def test_serving_pickers_reasons_and_a_level_capacity_chart(server, page):
+    page.goto(f"{server}/serve/plan")
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.locator("[name='engine'] option").all_inner_texts()[1:] == ["vllm", "sglang", "tensorrt-llm"]
+    page.goto(f"{server}/serve/plan?model=llama-3.2-1b&gpus=h100-sxm-80gb&request_rate=4&max_gpus=2"
+              "&slo_ttft_ms=2000&num_requests=100&top=1&run=1")
+    page.wait_for_selector("#plots .main-svg", timeout=120_000)
+    reasons = [row["reason"] for row in table(page, "infeasible")]
+    assert reasons and all(reasons), reasons
+    chart = page.locator("#plots .js-plotly-plot").first
+    labels = chart.locator(".ytick text").all_text_contents()
+    assert labels and labels[0].startswith("#1 tp") and labels[0].endswith("GPUs)")  # whole, level
+    assert chart.locator(".xtick text[transform*='rotate'], .ytick text[transform*='rotate']").count() == 0
+
+
+def test_pages_and_api_reference_work_offline(server, browser):
+    context = browser.new_context()
+    tab, outside = context.new_page(), []
+
+    def only_this_server(route):
+        if route.request.url.startswith(server):
+            return route.continue_()
+        outside.append(route.request.url)
+        return route.abort()
+
+    tab.route("**/*", only_this_server)
+    tab.goto(f"{server}/docs")
+    assert "/api/train/plan" in tab.inner_text("#endpoints")
+    assert tab.locator("#TrainingSearchRequest h3").inner_text() == "TrainingSearchRequest"
+    tab.goto(f"{server}/serve/simulate")
+    tab.wait_for_selector("body[data-ready='1']")
+    assert outside == []
+    context.close()
 
 
 def test_shared_url_refills_the_form_and_reruns(server, page):
@@ -132,6 +232,11 @@ def test_shared_url_refills_the_form_and_reruns(server, page):
     assert page.input_value("[name='hardware.num_gpus']") == "8"
     assert page.input_value("[name='plan.recompute']") == "full"
     assert "step time" in page.inner_text("#result")
+    assert page.input_value("[name='hardware.gpu']") == "h100-sxm-80gb"  # the GPU picker, refilled
+    with page.expect_download() as download:
+        page.click("text=JSON (--json)")
+    assert download.value.suggested_filename == "meshplan-train-estimate.json"
+    assert json.loads(Path(download.value.path()).read_text())["step_time_s"] > 0
     assert "run=1" in page.get_attribute("#share", "href")
     page.goto(f"{server}/train/plan?{query}")
     page.wait_for_selector("body[data-ready='1']")
@@ -144,3 +249,26 @@ def test_bad_input_shows_the_cli_message(server, page):
     page.click("#run")
     page.wait_for_selector("#error:not([hidden])")
     assert page.inner_text("#error").startswith("unknown model 'llama-3.1-7b'; closest: llama-3.1-70b")
+
+
+def test_validation_shows_bands_beside_predictions_and_why_they_extrapolate(server, page, tmp_path):
+    """validate's rows carry `low`/`high` beside `predicted` (not an `intervals` entry): the
+    renderer finds a band wherever it sits beside its value."""
+    record = {"id": "web-band", "kind": "training", "source": {"name": "a test input (made up)"},
+              "model": "llama-3.1-8b", "hardware": {"gpu": "mi300x-192gb", "num_gpus": 8},
+              "training": {"framework": "megatron", "seq_length": 4096, "global_batch_size": 64, "tp": 1,
+                           "pp": 1, "recompute": "full", "precision": "bf16"},
+              "measured": {"tokens_per_s_per_gpu": 7000.0}}
+    path = tmp_path / "records.yaml"
+    path.write_text(json.dumps({"schema": 1, "records": [record]}))  # JSON is YAML
+    page.goto(f"{server}/validate")
+    page.wait_for_selector("body[data-ready='1']")
+    page.set_input_files("#records", str(path))
+    page.click("#run")
+    page.wait_for_selector("#table-records", timeout=60_000)
+    (row,) = table(page, "records")
+    assert re.fullmatch(BAND, row["predicted"]) and "low" not in row and "high" not in row, row
+    assert row["extrapolating"] == "no calibration record with architecture cdna3"
+    assert re.fullmatch(r"-?[\d.]+", row["error (%)"])
+    summary = dict(r.split("\t") for r in page.inner_text("#result").splitlines() if r.startswith("median abs"))
+    assert summary["median abs rel error"].endswith("%"), summary

@@ -13,6 +13,8 @@ from meshplan.serving.search.run import SearchResult
 METRICS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("E2E", "e2e"))
 """(label, key) of the latencies: key_ms_pXX in sweep rows, key in SLO margins, key_ms in Targets."""
 PERCENTILES = ("p50", "p90", "p99")
+BAR_HEIGHT_PX = 40
+"""Height of one plan's bar in the capacity chart (the chart grows with the plans)."""
 
 
 def _slo_line(fig, targets: Targets | None, key: str, col: int) -> None:
@@ -89,14 +91,17 @@ def plan_curves_figure(result: SearchResult,
 
 
 def plan_capacity_figure(result: SearchResult, title: str = "Capacity of each plan"):
-    """Bars of each ranked plan's capacity (requests/s within the SLOs, all its replicas) and
-    the target rate as a line."""
+    """Horizontal bars of each ranked plan's capacity (requests/s within the SLOs, all its
+    replicas), the best plan on top, and the target rate as a line. The plan names run along
+    the y axis, level and whole, so no label is rotated or cut however long it is."""
     go = graph_objects()
     names = [f"#{i} {layout(c)} on {c.gpu} x{c.replicas} ({c.gpus} GPUs)" for i, c in enumerate(result.ranked, 1)]
     values = [c.capacity.rate * c.replicas for c in result.ranked]
-    fig = go.Figure(go.Bar(x=names, y=values, name="capacity",
+    fig = go.Figure(go.Bar(x=values, y=names, orientation="h", name="capacity",
                            text=[f"{v:.2f} req/s" for v in values], textposition="auto"))
-    fig.add_hline(y=result.rate, line_dash="dash", line_color="red",
-                  annotation_text=f"target {result.rate:g} req/s")
-    fig.update_layout(title=title, yaxis_title="requests/s within the SLOs")
+    fig.add_vline(x=result.rate, line_dash="dash", line_color="red",
+                  annotation_text=f"target {result.rate:g} req/s", annotation_position="top")
+    fig.update_yaxes(autorange="reversed", automargin=True, tickangle=0)
+    fig.update_layout(title=title, xaxis_title="requests/s within the SLOs",
+                      height=BAR_HEIGHT_PX * len(names) + 160, margin={"l": 20})
     return fig

@@ -13,7 +13,7 @@ from meshplan import __version__
 def create_app(max_running: int | None = None, token: str | None = None) -> FastAPI:
     """The web app; `max_running` background jobs at a time (default: up to 2, the cores); with
     `token`, every request must carry it (meshplan.ui.guard)."""
-    from meshplan.ui import errors, guard, pages, routes_catalog, routes_jobs
+    from meshplan.ui import apidocs, errors, guard, limits, pages, routes_catalog, routes_jobs
     from meshplan.ui.jobs import JobManager
     from meshplan.ui.uploads import UploadStore
 
@@ -24,14 +24,15 @@ def create_app(max_running: int | None = None, token: str | None = None) -> Fast
         app.state.jobs.shutdown()
         app.state.uploads.close()
 
-    app = FastAPI(title="meshplan", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="meshplan", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Predict and plan LLM training runs and serving deployments.")
     app.state.jobs = JobManager(max_running=max_running)
     app.state.uploads = UploadStore()
     errors.install(app)
+    limits.install(app)
     if token:
         guard.install_token(app, token)
-    for module in (routes_catalog, routes_jobs, pages):
+    for module in (routes_catalog, routes_jobs, pages, apidocs):
         app.include_router(module.router)
     return app
 

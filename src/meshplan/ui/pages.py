@@ -26,21 +26,30 @@ class Page:
     upload: str | None = None
     exports: tuple[str, ...] = ()
     columns: tuple[str, ...] = ()
-    """Columns of the `plans` table (default: every scalar field)."""
+    """Columns of the `plans` table, as paths into a plan (default: every scalar field)."""
+    bands: tuple[tuple[str, str], ...] = ()
+    """(headline row, path of its value in the answer): the rows shown with their p10-p90 band."""
 
 
-TRAIN_COLUMNS = ("tp", "pp", "vpp", "dp", "cp", "ep", "dp_sharding", "micro_batch_size", "recompute",
+TRAIN_COLUMNS = ("hardware.num_gpus", "tp", "pp", "vpp", "dp", "cp", "ep", "dp_sharding", "micro_batch_size", "recompute",
                  "tokens_per_s_per_gpu", "mfu", "step_time_s", "peak_bytes", "usd_per_million_tokens",
                  "time_to_train_days")
 SERVE_COLUMNS = ("gpu", "layout", "replicas", "gpus", "capacity_requests_per_s", "goodput_per_gpu",
                  "goodput_requests_per_s", "cost_per_million_output_tokens")
 
 
+ESTIMATE_BANDS = (("step time", "step_time_s"), ("tokens/s per GPU", "tokens_per_s_per_gpu"),
+                  ("MFU / HFU", "mfu"), ("peak memory per GPU", "peak_bytes"))
+PLAN_BANDS = (("winner tokens/s per GPU", "plans.0.tokens_per_s_per_gpu"), ("winner step time", "plans.0.step_time_s"),
+              ("winner MFU", "plans.0.mfu"))
+
 PAGES = (
-    Page("train/memory", "Training memory", "TrainingRequest", "/api/train/memory", job=False),
-    Page("train/estimate", "Training step time", "TrainingRequest", "/api/train/estimate", job=False),
+    Page("train/memory", "Training memory", "TrainingRequest", "/api/train/memory", job=False,
+         bands=(("peak memory per GPU", "peak_bytes"),)),
+    Page("train/estimate", "Training step time", "TrainingEstimateRequest", "/api/train/estimate", job=False,
+         bands=ESTIMATE_BANDS),
     Page("train/plan", "Training plan search", "TrainingSearchRequest", "/api/train/plan", job=True,
-         exports=("megatron", "torchtitan", "deepspeed"), columns=TRAIN_COLUMNS),
+         exports=("megatron", "torchtitan", "deepspeed"), columns=TRAIN_COLUMNS, bands=PLAN_BANDS),
     Page("serve/simulate", "Serving simulation", "SimulateRequest", "/api/serve/simulate", job=True),
     Page("serve/plan", "Serving plan search", "ServePlanRequest", "/api/serve/plan", job=True,
          exports=("vllm", "sglang"), columns=SERVE_COLUMNS),
@@ -48,14 +57,15 @@ PAGES = (
 )
 
 
-def _templates():
+def templates():
+    """The Jinja2 templates of the pages (meshplan/ui/templates)."""
     from fastapi.templating import Jinja2Templates
 
     return Jinja2Templates(directory=str(resources.files("meshplan.ui") / "templates"))
 
 
 def _render(request: Request, page: Page | None) -> HTMLResponse:
-    return _templates().TemplateResponse(request, "page.html", {
+    return templates().TemplateResponse(request, "page.html", {
         "page": asdict(page) if page else None, "pages": PAGES})
 
 

@@ -55,6 +55,14 @@ def gpus() -> list[GPUEntry]:
     return [GPUEntry(name=g.name, vendor=g.vendor, hbm_bytes=g.hbm_bytes) for g in list_gpus()]
 
 
+@router.get("/engines", response_model=list[str])
+def engines() -> list[str]:
+    """Every serving engine meshplan models (the `engine` of a serving request)."""
+    from meshplan.serving.engine.defaults import ENGINES
+
+    return list(ENGINES)
+
+
 @router.post("/configs", response_model=UploadedConfig)
 async def upload_config(request: Request, filename: str = Query("config.json", max_length=NAME_MAX)) -> UploadedConfig:
     """Upload a Hugging Face config.json (the raw file as the request body); answers the

@@ -18,12 +18,20 @@ from meshplan.ui import work
 from meshplan.ui.errors import check_body, check_no_server_files
 from meshplan.ui.guard import check_web_model
 from meshplan.ui.jobs import FINAL, Job
-from meshplan.ui.schemas import NAME_MAX, ServePlanRequest, SimulateRequest, TrainingRequest, TrainingSearchRequest
+from meshplan.ui.schemas import (NAME_MAX, ServePlanRequest, SimulateRequest, TrainingEstimateRequest, TrainingRequest,
+                                 TrainingSearchRequest)
 from meshplan.ui.uploads import read_limited
 
 router = APIRouter(prefix="/api", tags=["jobs"])
 PAGE_ONLY = ("report", "why")
 """Result keys the page shows that the CLI's --json does not print."""
+MEDIA_TYPES = {".json": "application/json", ".csv": "text/csv", ".html": "text/html",
+               ".sh": "text/x-shellscript", ".toml": "application/toml", ".yaml": "application/yaml"}
+"""The media type sent with a download, by its file extension."""
+EXPORT_EXTENSIONS = {"megatron": ".sh", "torchtitan": ".toml", "deepspeed": ".json", "vllm": ".sh",
+                     "sglang": ".sh"}
+"""The file each launch-config target writes: Megatron-LM's, vLLM's and SGLang's launch scripts,
+torchtitan's TOML job config, DeepSpeed's JSON config."""
 
 
 class JobView(BaseModel):
@@ -68,7 +76,7 @@ async def train_memory(req: TrainingRequest, request: Request, plots: bool = Fal
 
 
 @router.post("/train/estimate", response_model=dict)
-async def train_estimate(req: TrainingRequest, request: Request, plots: bool = False) -> JSONResponse:
+async def train_estimate(req: TrainingEstimateRequest, request: Request, plots: bool = False) -> JSONResponse:
     """One training step: time, tokens/s per GPU, MFU, breakdown (`train estimate --json`)."""
     return await _quick(work.train_estimate, _body(request, req), plots)
 
@@ -183,7 +191,8 @@ def download_json(job_id: str, request: Request) -> JSONResponse:
     """The job's result as the CLI's `--json` file (without the page's report and text)."""
     job, result = _result(request, job_id)
     data = {k: v for k, v in result.items() if k not in PAGE_ONLY}
-    return JSONResponse(data, headers=_attachment(f"meshplan-{job.kind}-{job.id}.json"))
+    return JSONResponse(data, headers=_attachment(f"meshplan-{job.kind}-{job.id}.json"),
+                        media_type=MEDIA_TYPES[".json"])
 
 
 @router.get("/jobs/{job_id}/export/{target}")
@@ -197,10 +206,11 @@ def export(job_id: str, target: str, request: Request, index: int = 1) -> PlainT
     if not plans or not 1 <= index <= len(plans):
         raise ConfigError(f"--index {index}: the search holds {len(plans or [])} plans")
     text, notes = (_export_training if job.kind == "train-plan" else _export_serving)(result, plans[index - 1], target)
-    headers = _attachment(f"meshplan-{target}-{job.id}-{index}.txt")
+    extension = EXPORT_EXTENSIONS[target]
+    headers = _attachment(f"meshplan-{target}-{job.id}-{index}{extension}")
     if notes:  # what `train export` says on stderr; the file itself stays the engine's format
         headers["X-Meshplan-Retargeted"] = "; ".join(notes)
-    return PlainTextResponse(text, headers=headers)
+    return PlainTextResponse(text, headers=headers, media_type=MEDIA_TYPES[extension])
 
 
 def _export_training(result: dict, entry: dict, target: str) -> tuple[str, list[str]]:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.traffic.workload import WorkloadSpec
-from meshplan.training.plan import TrainingPlan
+from meshplan.training.plan import Framework, Method, TrainingPlan
 
 CONFIG = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 MODEL_HELP = "Catalog name, hf:ORG/NAME, or upload:ID of a config.json uploaded to /api/configs."
@@ -57,6 +57,39 @@ class TrainingRequest(BaseModel):
     plan: TrainingPlan = TrainingPlan()
 
 
+class GoodputInputs(BaseModel):
+    """Goodput at scale: failures, restarts, checkpoints and stragglers of a long run (the CLI's
+    goodput flags; each left unset keeps its cited default)."""
+
+    model_config = CONFIG
+    restart_minutes: float | None = Field(None, ge=0)
+    """Detection + restart + re-scheduling after an interruption, minutes (default 10)."""
+    reschedule_minutes: float | None = Field(None, ge=0)
+    """Extra wait for a replacement node when no hot spare is ready, minutes (default 0)."""
+    hot_spare_nodes: int | None = Field(None, ge=0)
+    """Idle nodes ready to replace a failed one (they are paid for)."""
+    checkpoint_write_gb_per_s: float | None = Field(None, gt=0)
+    """Aggregate write bandwidth of the checkpoint storage, GB/s (default 2,000)."""
+    checkpoint_read_gb_per_s: float | None = Field(None, gt=0)
+    """Aggregate read bandwidth of the checkpoint storage on a restart, GB/s (default 2,000)."""
+    checkpoint_mode: Literal["sync", "async"] | None = None
+    """sync (the step waits for the write) or async (only for the device-to-host copy)."""
+    checkpoint_interval_minutes: float | None = Field(None, gt=0)
+    """Minutes of training between checkpoints (default: the Young/Daly optimum)."""
+    straggler_cv: float | None = Field(None, ge=0, lt=1)
+    """Coefficient of variation of per-GPU speed (default 0.02)."""
+
+
+class TrainingEstimateRequest(TrainingRequest):
+    """One training step and, for a run of `train_tokens`, its goodput at scale (`train estimate`)."""
+
+    train_tokens: float | None = Field(None, gt=0)
+    """Tokens in the run: adds days and GPU-hours to train, with and without failures."""
+    price_per_gpu_hour: float | None = Field(None, gt=0)
+    """USD per GPU-hour: adds the run's cost (with train_tokens)."""
+    goodput: GoodputInputs = GoodputInputs()
+
+
 class TrainingSearchRequest(BaseModel):
     """A training layout search (`train plan`); set a pin to hold that field fixed."""
 
@@ -75,8 +108,9 @@ class TrainingSearchRequest(BaseModel):
     """Sequences per step."""
     global_batch_tokens: int | None = Field(None, ge=1)
     """Tokens per step (alternative to global_batch_size)."""
-    framework: Literal["megatron", "nemo", "torchtitan", "deepspeed"] = "megatron"
-    """Framework whose launchable layouts are searched."""
+    framework: Framework | None = None
+    """Framework whose launchable layouts are searched (default: megatron, or the first framework
+    that runs `method`: hf for qlora)."""
     precision: Literal["fp32", "fp16", "bf16", "fp8", "fp4"] = "bf16"
     """Compute precision of matmuls."""
     tp: int | None = Field(None, ge=1)
@@ -106,7 +140,7 @@ class TrainingSearchRequest(BaseModel):
     """MoE routing skew (zipf:s=1.2 or uniform); adds the moe_balance axis."""
     moe_balance: Literal["none", "aux-free", "eplb"] | None = None
     """Pin MoE balancing."""
-    method: Literal["full", "lora", "qlora"] = "full"
+    method: Method = "full"
     """What is trained (fixed; the layout is searched): full, lora or qlora."""
     lora_rank: int | None = Field(None, ge=1)
     """LoRA rank r (PEFT's default 8)."""
@@ -120,6 +154,7 @@ class TrainingSearchRequest(BaseModel):
     """Tokens in the run (needed by objective time-to-train)."""
     top: int = Field(5, ge=1, le=100)
     """Plans to keep per cluster size."""
+    goodput: GoodputInputs = GoodputInputs()
 
     @field_validator("num_gpus", mode="before")
     @classmethod
@@ -173,7 +208,7 @@ class ServePlanRequest(SLOFields):
     prices: dict[Name, float] = Field({}, max_length=64)
     """USD per GPU-hour by GPU name."""
     engine: Name = "vllm"
-    """Engine whose scheduler and defaults are modeled."""
+    """Engine whose scheduler and defaults are modeled (GET /api/engines)."""
     dataset: Literal["fixed", "random", "sharegpt", "normal", "lognormal"] = "sharegpt"
     """Length distribution of requests."""
     input_len: int | None = Field(None, ge=1)

@@ -28,24 +28,28 @@ def train_memory(body: dict, plots: bool = False) -> dict:
                            inputs(body))
 
     from meshplan.bands.training import memory_bands
+    from meshplan.cli.commands.train_plan import blocked
 
-    return {**memory_dict(est), **memory_bands(spec, cluster, est),
-            **({"report": report_json(page)} if plots else {})}
+    page_only = {"report": report_json(page), "why": "" if est.fits else f"Does not fit: {blocked(est)}"}
+    return {**memory_dict(est), **memory_bands(spec, cluster, est), **(page_only if plots else {})}
 
 
 def train_estimate(body: dict, plots: bool = False) -> dict:
-    """`train estimate --json` of a TrainingRequest (and its report page when `plots`)."""
+    """`train estimate --json` of a TrainingEstimateRequest (and its report page when `plots`)."""
     from meshplan.bands.training import estimate_bands
     from meshplan.training.choose import best_plan
     from meshplan.training.estimate_report import estimate_dict
 
     from meshplan.goodput import goodput
     from meshplan.goodput.render import goodput_json
+    from meshplan.ui.schemas import TrainingEstimateRequest
 
-    spec, cluster, plan = _training_inputs(body)
+    req = TrainingEstimateRequest(**body)
+    spec, cluster, plan = _training_inputs(body, req)
     est = best_plan(plan, spec, cluster)
-    good = goodput(spec, cluster, est.plan, est.step_time_s)  # the CLI's defaults
-    bands = {**estimate_bands(spec, cluster, est).to_dict(), **goodput_json(good, cluster.num_gpus, None)}
+    good = goodput(spec, cluster, est.plan, est.step_time_s, req.train_tokens, resilience(req.goodput))
+    bands = {**estimate_bands(spec, cluster, est).to_dict(),
+             **goodput_json(good, cluster.num_gpus, req.price_per_gpu_hour)}
     if not plots:
         return {**estimate_dict(est), **bands}
     from dataclasses import replace
@@ -63,17 +67,30 @@ def train_estimate(body: dict, plots: bool = False) -> dict:
     return {**estimate_dict(est), **bands, "report": report_json(page)}
 
 
-def _training_inputs(body: dict):
+def resilience(inputs):
+    """The Resilience of a request's goodput inputs (a GoodputInputs), as the CLI's flags make it."""
+    from meshplan.cli.goodput_options import pop_resilience
+
+    return pop_resilience(inputs.model_dump(exclude_none=True))
+
+
+def _training_inputs(body: dict, req=None):
+    """(model spec, cluster, plan) of a training request; without a framework, the one the CLI
+    picks for the plan's method (megatron, or hf for qlora)."""
     from meshplan.cli import options as opt
     from meshplan.model import load_model
+    from meshplan.training.layout.capabilities import default_framework
     from meshplan.ui.schemas import TrainingRequest
 
-    req = TrainingRequest(**body)
+    req = req or TrainingRequest(**body)
+    plan = req.plan
+    if "framework" not in (body.get("plan") or {}):
+        plan = plan.model_copy(update={"framework": default_framework(plan.method)[0]})
     hw = req.hardware
     host = {name: getattr(hw, name) for name in opt.HOST_OPTIONS}
     cluster = opt.build_cluster(hw.gpu, hw.num_gpus, hw.gpus_per_node, hw.scale_up_domain,
                                 hw.inter_node_gbps_per_gpu, hw.gpu_power_limit_w, **host)
-    return load_model(req.model), cluster, req.plan
+    return load_model(req.model), cluster, plan
 
 
 def train_plan_inputs(body: dict):
@@ -81,12 +98,14 @@ def train_plan_inputs(body: dict):
     from meshplan.cli import options as opt
     from meshplan.cli.commands.train_plan import PINNABLE, check_pins, search_inputs
     from meshplan.model import load_model
+    from meshplan.training.layout.capabilities import default_framework
     from meshplan.ui.schemas import TrainingSearchRequest
 
     r = TrainingSearchRequest(**body)
     pinned = {k: getattr(r, k) for k in PINNABLE if getattr(r, k) is not None}
+    framework = r.framework or default_framework(r.method)[0]  # the CLI's rule (train plan)
     base = search_inputs(r.objective, r.price_per_gpu_hour, r.train_tokens, r.seq_len,
-                         r.global_batch_size, r.global_batch_tokens, r.framework, r.precision, pinned,
+                         r.global_batch_size, r.global_batch_tokens, framework, r.precision, pinned,
                          doc_lengths=r.doc_lengths, expert_skew=r.expert_skew, balance=r.balance,
                          moe_balance=r.moe_balance, method=r.method, lora_rank=r.lora_rank,
                          lora_targets=r.lora_targets)
@@ -108,15 +127,16 @@ def _in_parts(progress: Progress | None, part: int, parts: int) -> Progress | No
 def train_plan(body: dict, progress: Progress | None = None) -> dict:
     """`train plan --json` of a TrainingSearchRequest: every cluster size searched, the plans
     ranked together by score, and why the winner wins."""
-    from meshplan.cli.commands.train_plan import search_dict, search_size
+    from meshplan.cli.commands.train_plan import search_dict, search_size, winner_goodput
     from meshplan.report.figures_plan import why_text
     from meshplan.training.search.plans import OBJECTIVE_UNITS
 
     r, pinned, base, spec, clusters = train_plan_inputs(body)
-    entries, searches, results = [], [], {}
+    entries, searches, results, failures = [], [], {}, resilience(r.goodput)
     for k, cluster in enumerate(clusters):
         result, ranked, _ = search_size(spec, r.model, cluster, base, pinned, r.objective, r.top,
-                                        r.price_per_gpu_hour, r.train_tokens, _in_parts(progress, k, len(clusters)))
+                                        r.price_per_gpu_hour, r.train_tokens, _in_parts(progress, k, len(clusters)),
+                                        resilience=failures)
         entries += ranked
         searches.append(search_dict(result, cluster.num_gpus))
         results[cluster.num_gpus] = result
@@ -127,7 +147,8 @@ def train_plan(body: dict, progress: Progress | None = None) -> dict:
 
         sizes = ", ".join(str(n) for n in results)
         return plan_page(results, f"{spec.name} on {sizes} x {clusters[0].gpu.name}: plan search",
-                         "meshplan train plan", inputs(body), r.price_per_gpu_hour)
+                         "meshplan train plan", inputs(body), r.price_per_gpu_hour,
+                         winner_goodput(spec, results, {c.num_gpus: c for c in clusters}, r.train_tokens, failures))
 
     return {"plans": entries, "score_unit": OBJECTIVE_UNITS[r.objective],
             "search": searches[0] if len(searches) == 1 else searches, "why": why_text(results),

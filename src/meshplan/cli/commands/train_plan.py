@@ -278,11 +278,11 @@ def search_dict(result: SearchResult, gpus: int) -> dict:
             "feasible": result.evaluated - result.rejected_memory,
             "rejected_memory": result.rejected_memory, "rejected_invalid": result.rejected_invalid,
             "seconds": result.seconds, "objective": result.objective,
-            "closest": [_blocked(m) for m in result.closest],
+            "closest": [blocked(m) for m in result.closest],
             "invalid_reasons": list(result.invalid_reasons)}
 
 
-def _blocked(memory) -> str:
+def blocked(memory) -> str:
     """What kept one too-big plan out: its layout and by how much it misses the tier it
     overflows (GPU memory, or the host's share of DRAM or NVMe for offloaded bytes)."""
     p = memory.plan
@@ -385,7 +385,7 @@ def render(result: SearchResult, title: str, cluster, money: list[dict] | None =
         extrapolation_lines(bands[0].extrapolating)
     if not result.ranked:
         for memory in result.closest:
-            console.print(f"  closest: {_blocked(memory)}", highlight=False, soft_wrap=True)
+            console.print(f"  closest: {blocked(memory)}", highlight=False, soft_wrap=True)
         for reason in result.invalid_reasons:
             console.print(f"  invalid: {reason}", highlight=False, soft_wrap=True)
     console.print(f"evaluated {result.evaluated} plans ({result.rejected_memory} do not fit, "

@@ -81,13 +81,34 @@ def result_dict(r: SearchResult, model: str) -> dict:
     """The `serve plan --json` object (`serve export --plan` reads plans[0])."""
     return {"model": model, "request_rate": r.rate, "slo": r.targets.label(), "objective": r.objective,
             "plans": [plan_dict(c, r) for c in r.ranked],
-            "infeasible": [{"gpu": c.gpu, "layout": layout(c), "misses": misses(c)} for c in r.infeasible],
+            "infeasible": [{"gpu": c.gpu, "layout": layout(c), "misses": misses(c), "reason": reason(c, r)}
+                           for c in r.infeasible],
             "smallest_beyond_max_gpus": None if r.smallest_beyond is None else {
                 "gpu": r.smallest_beyond.gpu, "layout": layout(r.smallest_beyond),
                 "replicas": r.smallest_beyond.replicas, "gpus": r.smallest_beyond.gpus,
                 "simulated": r.smallest_beyond.capacity is not None},
             "search": {"simulated_plans": r.simulated, "simulations": r.simulations,
                        "pruned": r.pruned, "pruned_total": sum(r.pruned.values()), "wall_s": r.wall_s}}
+
+
+def reason(c: Candidate, r: SearchResult) -> str:
+    """Why a plan of `r.infeasible` is not among the ranked ones, in one phrase."""
+    miss = ", ".join(f"P{r.targets.percentile:g} {k} by {v:+.0%}" for k, v in misses(c).items())
+    if c.capacity.rate == 0 and c.capacity.simulations == 0:
+        return f"a lone request misses {miss or 'an SLO'}"
+    if c.capacity.rate == 0:
+        return f"misses {miss or 'the SLOs'} even at a trickle"
+    if c.gpus > r.max_gpus:
+        return (f"sustains {c.capacity.rate:.2f} req/s per unit; needs more GPUs: "
+                f"{c.gpus} > --max-gpus {r.max_gpus}")
+    if c.verified is None:  # it meets the SLOs, but --top plans ranked before it were verified
+        return (f"meets the SLOs up to {c.capacity.rate * c.replicas:.2f} req/s with {c.gpus} GPUs, but "
+                f"ranks below the plans shown (--top), so it was not verified at the target rate")
+    miss = ", ".join(f"{NAMES.get(k, k)} by {v - 1:+.0%}" for k, v in c.verified_margins.items() if v > 1)
+    if not miss and keeps_up(c.verified) is False:
+        return (f"falls behind the target rate with {c.gpus} GPUs: "
+                f"{c.verified.metrics.steady_requests_per_s:.2f} req/s over the arrival window")
+    return f"misses {miss or 'an SLO'} at the target rate with {c.gpus} GPUs"
 
 
 def misses(c: Candidate) -> dict[str, float]:
@@ -169,22 +190,7 @@ def render(r: SearchResult) -> Group:
     else:
         parts.append(Text(f"No plan serves {r.rate:g} req/s within {r.targets.label()} on the GPUs allowed.",
                           style="bold red"))
-        for c in r.infeasible:
-            miss = ", ".join(f"P{r.targets.percentile:g} {k} by {v:+.0%}" for k, v in misses(c).items())
-            if c.capacity.rate == 0 and c.capacity.simulations == 0:
-                note = f"a lone request misses {miss}"
-            elif c.capacity.rate == 0:
-                note = f"misses {miss or 'the SLOs'} even at a trickle"
-            elif c.gpus > r.max_gpus:
-                note = (f"sustains {c.capacity.rate:.2f} req/s per unit; needs more GPUs: "
-                        f"{c.gpus} > --max-gpus {r.max_gpus}")
-            else:
-                miss = ", ".join(f"{NAMES.get(k, k)} by {v - 1:+.0%}" for k, v in c.verified_margins.items() if v > 1)
-                note = f"misses {miss or 'an SLO'} at the target rate with {c.gpus} GPUs"
-                if not miss and c.verified is not None and keeps_up(c.verified) is False:
-                    note = (f"falls behind the target rate with {c.gpus} GPUs: "
-                            f"{c.verified.metrics.steady_requests_per_s:.2f} req/s over the arrival window")
-            parts.append(Text(f"  {c.gpu} {layout(c)}: {note}"))
+        parts += [Text(f"  {c.gpu} {layout(c)}: {reason(c, r)}") for c in r.infeasible]
         if r.smallest_beyond is not None:
             parts.append(Text(beyond_hint(r)))
     pruned = ", ".join(f"{n} {k}" for k, n in sorted(r.pruned.items()))

@@ -3,7 +3,8 @@
 "use strict";
 const page = JSON.parse(document.body.dataset.page);
 const $ = (id) => document.getElementById(id);
-let schemas = {}, catalog = {models: [], gpus: []}, running = null;
+const F = window.meshplanFormat;
+let schemas = {}, catalog = {models: [], gpus: [], engines: []}, running = null;
 
 async function getJSON(url, options) {
   const response = await fetch(url, options);
@@ -48,21 +49,22 @@ function field(key, name, s, required) {
   label.textContent = name;
   label.htmlFor = key;
   let input;
-  if (s.enum || s.type === "boolean") {
+  const picker = catalogChoices(name, s);
+  if (picker) {
+    input = document.createElement("select");
+    input.multiple = name === "gpus";
+    if (!input.multiple) input.append(new Option(placeholder(s, required, picker.what), ""));
+    for (const [value, text] of picker.options) input.append(new Option(text, value));
+  } else if (s.enum || s.type === "boolean") {
     input = document.createElement("select");
     const options = s.enum || [true, false];
-    input.append(new Option(required ? "" : `(default${s.default != null ? ": " + s.default : ""})`, ""));
+    input.append(new Option(placeholder(s, required), ""));
     for (const v of options) input.append(new Option(String(v), String(v)));
-  } else if (name === "gpus") {
-    input = document.createElement("select");
-    input.multiple = true;
-    for (const g of catalog.gpus) input.append(new Option(g.name, g.name));
   } else {
     input = document.createElement("input");
     input.type = s.type === "integer" || s.type === "number" ? "number" : "text";
     if (input.type === "number") input.step = "any";
     if (name === "model") input.setAttribute("list", "model-list");
-    if (name === "gpu") input.setAttribute("list", "gpu-list");
     if (s.default != null && typeof s.default !== "object") input.placeholder = String(s.default);
     if (s.type === "array") input.placeholder = "comma-separated";
     if (s.type === "object") input.placeholder = "name=value, ...";
@@ -74,13 +76,25 @@ function field(key, name, s, required) {
   return div;
 }
 
+// GPU and engine fields pick from the catalogs (GET /api/gpus, /api/engines); a model is typed
+// (a catalog name from the list, hf:ORG/NAME, or an uploaded config).
+function catalogChoices(name, s) {
+  if ((name === "gpu" || name === "gpus") && !s.enum)
+    return {what: "a GPU", options: catalog.gpus.map((g) => [g.name, `${g.name} (${g.vendor}, ${F.num(g.hbm_bytes / 2 ** 30)} GiB)`])};
+  if (name === "engine" && !s.enum) return {what: "an engine", options: catalog.engines.map((e) => [e, e])};
+  return null;
+}
+
+function placeholder(s, required, what) {
+  if (required) return `(choose ${what || "one"})`;
+  return `(default${s.default != null && typeof s.default !== "object" ? ": " + s.default : ""})`;
+}
+
 function datalists() {
-  for (const [id, items] of [["model-list", catalog.models], ["gpu-list", catalog.gpus]]) {
-    const list = document.createElement("datalist");
-    list.id = id;
-    for (const item of items) list.append(new Option(item.description || item.vendor || "", item.name));
-    document.body.append(list);
-  }
+  const list = document.createElement("datalist");
+  list.id = "model-list";
+  for (const item of catalog.models) list.append(new Option(item.description || "", item.name));
+  document.body.append(list);
 }
 
 function convert(input) {
@@ -123,6 +137,8 @@ function refill(params) {
   for (const input of inputs()) {
     const values = params.getAll(input.name);
     if (!values.length) continue;
+    if (input.tagName === "SELECT")  // a name not in the catalog still reaches the server, which says why
+      for (const v of values) if (![...input.options].some((o) => o.value === v)) input.append(new Option(v, v));
     if (input.multiple) for (const o of input.options) o.selected = values.includes(o.value);
     else input.value = values[0];
   }
@@ -222,19 +238,65 @@ async function cancel() {
 // ---- results ----------------------------------------------------------------------------
 function show(result, job) {
   downloads(result, job);
-  const report = result.report;
-  if (report) {
-    $("result").append(keyTable("headline", report.headline));
-    for (const note of report.notes) $("result").append(paragraph(note, "note"));
-  } else if (result.why) {
-    $("result").append(paragraph(result.why, "why"));
-  }
-  render(result, $("result"), "result");
+  const report = result.report, out = $("result");
+  const reasons = extrapolating(result);
+  if (reasons.length) out.append(warning("extrapolating", "Extrapolating: this question lies outside what the "
+      + "calibration records span, so its p10-p90 band is twice as wide", reasons));
+  if (report) out.append(keyTable("Headline", headline(report.headline, result), "headline"));
+  for (const note of (report || {}).notes || [])
+    if (!note.startsWith("Extrapolating")) out.append(paragraph(note, "note"));
+  const sectionTexts = ((report || {}).sections || []).map((s) => s.text);
+  if (result.why && !sectionTexts.includes(result.why))
+    out.append(paragraph(result.why, result.fits === false ? "why warning" : "why"));
+  noPlanReasons(result, out);
+  render(result, out, "Details", null);
   for (const section of (report || {}).sections || []) {
     $("plots").append(heading(section.title));
     if (section.text) $("plots").append(paragraph(section.text, "why"));
     if (section.figure) plot(section.figure);
   }
+}
+
+// The reasons a training answer (or the winning plan) extrapolates beyond the calibration records.
+function extrapolating(result) {
+  const winner = (result.plans || [])[0] || {};
+  return [...new Set([...(result.extrapolating || []), ...(winner.extrapolating || [])])];
+}
+
+// The report's headline rows, each value that has a band in the answer shown with it.
+function headline(rows, result) {
+  const bands = Object.fromEntries(page.bands || []);
+  return rows.filter(([name]) => !name.endsWith(", p10-p90")).map(([name, value]) => {
+    const path = bands[name];
+    if (!path) return [name, value];
+    const keys = path.split("."), holder = keys.slice(0, -1).reduce((o, k) => (o || {})[k], result);
+    const band = F.bandOf(holder, keys.at(-1));
+    if (!band) return [name, value];
+    const v = holder[keys.at(-1)], sc = F.scale(F.unitOf(keys.at(-1), null), [v]);
+    const shownValue = value.includes(" / ") ? value : F.withUnit(sc.show(v), sc.unit);  // "MFU / HFU" stays
+    return [name, `${shownValue} (${sc.show(band.low)}-${sc.show(band.high)})`];
+  });
+}
+
+// A plan search with a cluster size where nothing fits: the closest plans and what they miss by.
+function noPlanReasons(result, parent) {
+  const searches = Array.isArray(result.search) ? result.search : result.search ? [result.search] : [];
+  for (const s of searches) {
+    if (s.num_gpus === undefined || (result.plans || []).some((p) => (p.hardware || {}).num_gpus === s.num_gpus)) continue;
+    const why = [...(s.closest || []).map((c) => `closest: ${c}`), ...(s.invalid_reasons || []).slice(0, 3)];
+    parent.append(warning(`no-plan-${s.num_gpus}`, `No plan fits on ${s.num_gpus} GPUs: ${s.rejected_memory} of `
+        + `${s.evaluated} candidate layouts need more memory than the GPU has`, why));
+  }
+}
+
+function warning(id, headline, items) {
+  const box = document.createElement("div"), list = document.createElement("ul");
+  box.className = "warning";
+  box.id = id;
+  box.append(paragraph(headline, "warning-head"));
+  for (const item of items) { const li = document.createElement("li"); li.textContent = item; list.append(li); }
+  box.append(list);
+  return box;
 }
 
 function paragraph(text, cls) {
@@ -258,60 +320,74 @@ function downloads(result, job) {
   };
   if (job) link("JSON (--json)", `/api/jobs/${job.id}/json`);
   else link("JSON (--json)", URL.createObjectURL(new Blob([JSON.stringify(data, null, 2)],
-                                                         {type: "application/json"})), "meshplan.json");
+                                                         {type: "application/json"})),
+                 `meshplan-${page.path.replace("/", "-")}.json`);
   if (job && (result.plans || []).length)
     for (const target of page.exports) link(`${target} launch config`, `/api/jobs/${job.id}/export/${target}?index=1`);
   box.hidden = false;
 }
 
-function cell(v) {
-  if (typeof v === "number") return Number.isInteger(v) ? v.toLocaleString("en") : v.toPrecision(4);
-  if (v === null || v === undefined) return "";
-  if (Array.isArray(v) && v.length > 12) return `${v.length} values (in the JSON download)`;
-  return Array.isArray(v) ? v.map(cell).join(", ") : String(v);
-}
+const shown = (data, key) => !F.HIDDEN.has(key) && !F.merged(data, key);
+const isRows = (v) => Array.isArray(v) && v.length > 0 && typeof v[0] === "object" && v[0] !== null;
 
-function render(data, parent, title) {
-  const scalars = Object.entries(data).filter(([k]) => k !== "why" && k !== "report").filter(([, v]) => v === null || typeof v !== "object" ||
-      (Array.isArray(v) && v.every((x) => typeof x !== "object")));
-  if (scalars.length) parent.append(keyTable(title, scalars));
-  for (const [key, value] of Object.entries(data)) {
-    if (key === "report" || value === null || typeof value !== "object") continue;
-    if (Array.isArray(value) && value.length && typeof value[0] === "object") parent.append(rowTable(key, value));
-    else if (!Array.isArray(value)) render(value, parent, key);
+// Scalars as one key-value table, then each nested object (its own table) and list of rows;
+// an object the answer repeats (a memory estimate's plan inside a step estimate) shows once.
+function render(data, parent, name, parentKey, seen = new Set()) {
+  // empty, or a long series the report plots (a simulation's timeseries): not a table row
+  const empty = (v) => v === null || v === "" || (Array.isArray(v) && (!v.length || (v.length > 12 && !isRows(v))));
+  const scalars = Object.keys(data).filter((k) => shown(data, k) && !empty(data[k])
+      && (typeof data[k] !== "object" || (Array.isArray(data[k]) && !isRows(data[k]))));
+  if (scalars.length) parent.append(keyTable(name, scalars.map((k) => [F.label(k), F.valueText(data, k, parentKey)])));
+  for (const key of Object.keys(data).filter((k) => shown(data, k) && !empty(data[k]) && typeof data[k] === "object")) {
+    const id = `${key}:${JSON.stringify(data[key])}`;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    if (isRows(data[key])) parent.append(rowTable(key, data[key]));
+    else if (!Array.isArray(data[key])) render(data[key], parent, F.title(key), key, seen);
   }
 }
 
 function heading(text) { const h = document.createElement("h3"); h.textContent = text; return h; }
 
-function keyTable(title, entries) {
+function keyTable(title, entries, id) {
   const box = document.createElement("div"), table = document.createElement("table");
+  if (id) table.id = `table-${id}`;
   for (const [k, v] of entries) {
     const tr = table.insertRow();
     tr.insertCell().textContent = k;
     tr.cells[0].className = "key";
-    tr.insertCell().textContent = cell(v);
+    tr.insertCell().textContent = v;
   }
   box.append(heading(title), table);
   return box;
 }
 
-function rowTable(title, rows) {
+function rowTable(key, rows) {
   const box = document.createElement("div"), table = document.createElement("table");
-  table.id = `table-${title}`;
-  const chosen = title === "plans" && page.columns.length ? page.columns : Object.keys(rows[0]);
-  const columns = chosen.filter((k) => rows.some((r) => r[k] != null && typeof r[k] !== "object"));
+  table.id = `table-${key}`;
+  const paths = key === "plans" && page.columns.length ? [...page.columns]
+      : Object.keys(rows[0]).filter((k) => shown(rows[0], k));
+  if (key !== "plans" && rows.some((r) => (r.extrapolating || []).length)) paths.push("extrapolating");
+  const cellable = (v) => v != null && (typeof v !== "object" || (Array.isArray(v) && v.length > 0));
+  const columns = paths.map((p) => F.column(rows, p)).filter((c, i) => rows.some((r) => cellable(pick(r, paths[i]))));
   const head = table.createTHead().insertRow();
-  for (const c of ["#", ...columns]) { const th = document.createElement("th"); th.textContent = c; head.append(th); }
+  for (const c of [{header: "#"}, ...columns]) { const th = document.createElement("th"); th.textContent = c.header; head.append(th); }
+  const body = table.createTBody();
   rows.forEach((row, i) => {
-    const tr = table.insertRow();
-    if (i === 0 && title === "plans") tr.className = "best";
+    const tr = body.insertRow();
+    if (i === 0 && key === "plans") tr.className = "best";
     tr.insertCell().textContent = i + 1;
-    for (const c of columns) tr.insertCell().textContent = cell(row[c]);
+    for (const c of columns) {
+      const td = tr.insertCell();
+      td.textContent = c.cells[i];
+      if (!c.numeric) td.className = "text";
+    }
   });
-  box.append(heading(title), table);
+  box.append(heading(F.title(key)), table);
   return box;
 }
+
+const pick = (row, path) => path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), row);
 
 function plot(json) {
   const div = document.createElement("div");
@@ -335,9 +411,10 @@ async function uploadConfig() {
 }
 
 async function main() {
-  const [api, models, gpus] = await Promise.all([getJSON("/openapi.json"), getJSON("/api/models"), getJSON("/api/gpus")]);
+  const [api, models, gpus, engines] = await Promise.all([getJSON("/openapi.json"), getJSON("/api/models"),
+                                                          getJSON("/api/gpus"), getJSON("/api/engines")]);
   schemas = api.components.schemas;
-  catalog = {models, gpus};
+  catalog = {models, gpus, engines};
   datalists();
   if (page.schema) buildForm(schemas[page.schema], "", $("fields"), schemas[page.schema].required);
   const params = new URLSearchParams(location.search);
