@@ -75,7 +75,7 @@ def plan_cmd(
     shared_prefix_len: int = typer.Option(None, help="Tokens of a shared system prompt."),
     num_requests: int = typer.Option(800, help="Requests per simulation."),
     trace: Path = typer.Option(None, "--trace", help="Plan for this trace's traffic instead."),
-    trace_format: str = typer.Option(None, help="burstgpt, azure or mooncake."),
+    trace_format: str = typer.Option(None, help="burstgpt, azure or mooncake (default: told from the file's first line)."),
     on_error: str = typer.Option("stop", help="Malformed trace rows: stop or skip."),
     quantization: bool = typer.Option(
         False, "--quantization/--no-quantization",
