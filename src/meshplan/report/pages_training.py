@@ -63,7 +63,7 @@ def estimate_page(est: StepEstimate, title: str, command: str, inputs: Mapping, 
                 ("tokens/s per GPU", f"{est.tokens_per_s_per_gpu:,.0f}"),
                 ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),
                 *_band_rows(bands),
-                ("pipeline bubble (mean over stages)", f"{est.pipeline.bubble_fraction:.1%}"),
+                ("pipeline bubble (busiest stage idle, share of step)", f"{est.bubble_fraction:.1%}"),
                 *memory_headline(est.memory)]
     sections = [Section(title="Step time breakdown", figure=ft.breakdown_figure(est)),
                 Section(title="Pipeline timeline", figure=ft.timeline_figure(est),
