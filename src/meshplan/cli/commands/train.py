@@ -11,7 +11,7 @@ import typer
 from pydantic import ValidationError
 
 from meshplan.bands.training import estimate_bands, memory_bands
-from meshplan.cli import html_option
+from meshplan.cli import html_option, memory_table
 from meshplan.cli import goodput_options
 from meshplan.cli import options as opt
 from meshplan.cli.conflicts import check_training_flags
@@ -171,12 +171,6 @@ def memory(**flags) -> None:
     finish(estimate.fits)
 
 
-STAGE_COLUMNS = (("weights", "weights_bytes"), ("grads", "gradients_bytes"),
-                 ("optim", "optimizer_state_bytes"), ("activ.", "activations_bytes"),
-                 ("logits", "logits_bytes"), ("other", "other_bytes"), ("total", "total_bytes"))
-"""Table columns; `optim` is the master weights plus the optimizer's moments."""
-
-
 def _shown_stages(estimate: MemoryEstimate) -> list[int]:
     n, peak = len(estimate.stages), estimate.peak_stage.stage
     if n <= 12:
@@ -192,17 +186,18 @@ def render_memory(estimate: MemoryEstimate, title: str, bands: dict | None = Non
 
     table = Table(title=f"{title}: memory per GPU (GiB)", box=box.SIMPLE_HEAD,
                   padding=(0, 1, 0, 0), pad_edge=False)
-    for name in ("stage", "layers", "mb alive", *(c for c, _ in STAGE_COLUMNS)):
+    for name in ("stage", "layers", "mb alive", *(c for c, _ in memory_table.PARTS), "total"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     peak = estimate.peak_stage
     for index in _shown_stages(estimate):
         s = estimate.stages[index]
-        data = s.to_dict()
-        data["optimizer_state_bytes"] = s.master_weights_bytes + s.optimizer_bytes
         cells = [str(s.stage), str(s.num_layers), f"{s.in_flight_microbatches:g}"]
-        cells += [f"{data[key] / GIB:.1f}" for _, key in STAGE_COLUMNS]
+        cells += memory_table.rounded_cells(memory_table.stage_parts(s), s.total_bytes)
         table.add_row(*cells, style="bold yellow" if s is peak else None)
     console.print(table)
+    note = memory_table.maxima_note(estimate.stages)
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
     console.print(verdict(estimate))
     if bands is not None:
         console.print(memory_band_line(estimate, bands["intervals"]["peak_bytes"]), highlight=False)

@@ -73,15 +73,19 @@ class StageMemory:
 
     @property
     def other_bytes(self) -> float:
-        """Logits and loss, communication buffers, workspaces, fragmentation and CUDA context."""
-        return (self.logits_bytes + self.buffers_bytes + self.workspace_bytes
-                + self.fragmentation_bytes + self.cuda_context_bytes)
+        """Communication buffers, workspaces, fragmentation and CUDA context: with weights,
+        gradients, master weights, optimizer states, activations and logits it adds up to
+        total_bytes (it held the logits too, which the table and JSON also list apart)."""
+        return (self.buffers_bytes + self.workspace_bytes + self.fragmentation_bytes
+                + self.cuda_context_bytes)
 
     @property
     def total_bytes(self) -> float:
-        """Everything on the GPU at the stage's peak."""
+        """Everything on the GPU at the stage's peak: the sum of the parts above."""
+        rest = (self.logits_bytes + self.buffers_bytes + self.workspace_bytes
+                + self.fragmentation_bytes + self.cuda_context_bytes)  # summed as it always was
         return (self.weights_bytes + self.gradients_bytes + self.master_weights_bytes
-                + self.optimizer_bytes + self.activations_bytes + self.other_bytes)
+                + self.optimizer_bytes + self.activations_bytes + rest)
 
     @property
     def allocator_bytes(self) -> float:
