@@ -25,7 +25,9 @@ def memory_headline(estimate: MemoryEstimate) -> list[tuple[str, str]]:
             ("peak stage", str(peak.stage)),
             ("peak memory per GPU", f"{peak.total_bytes / GIB:.1f} GiB"),
             ("GPU memory", f"{cap / GIB:.1f} GiB"),
-            ("headroom", f"{(cap - peak.total_bytes) / GIB:+.1f} GiB")]
+            ("headroom", f"{(cap - peak.total_bytes) / GIB:+.1f} GiB")] + (
+            [("headroom asked (--memory-headroom)", f"{estimate.memory_headroom_bytes / GIB:.1f} GiB")]
+            if estimate.memory_headroom_bytes else [])
 
 
 def _plan_notes(estimate: MemoryEstimate) -> list[str]:

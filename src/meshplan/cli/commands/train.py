@@ -65,6 +65,7 @@ def _plan_flags(
     gpu_power_limit_w: float = opt.POWER_LIMIT, host_memory_gb: float = opt.HOST_MEMORY,
     host_link_gb_per_s: float = opt.HOST_LINK, nvme_read_gb_per_s: float = opt.NVME_READ,
     nvme_write_gb_per_s: float = opt.NVME_WRITE, nvme_tb: float = opt.NVME_TB,
+    memory_headroom: float = opt.MEMORY_HEADROOM,
     tp: int = typer.Option(1, help=_help("tp")), pp: int = typer.Option(1, help=_help("pp")),
     vpp: int = typer.Option(None, help=_help("vpp")), dp: int = typer.Option(None, help=_help("dp")),
     cp: int = typer.Option(1, help=_help("cp")), ep: int = typer.Option(1, help=_help("ep")),
@@ -123,6 +124,7 @@ def parse_inputs(flags: dict):
     choose_framework(flags)
     check_training_flags(flags, spec)
     cluster = opt.build_cluster(*(flags.pop(name) for name in HARDWARE),
+                                memory_headroom=flags.pop("memory_headroom"),
                                 **{name: flags.pop(name) for name in opt.HOST_OPTIONS})
     for name in ("json_out", "trace", "html"):
         flags.pop(name, None)
@@ -210,26 +212,30 @@ def render_memory(estimate: MemoryEstimate, title: str, bands: dict | None = Non
 
 def memory_band_line(estimate: MemoryEstimate, band: dict) -> str:
     """The peak's p10-p90 band, and what it means for the verdict."""
-    cap = estimate.gpu_memory_bytes
+    cap = estimate.usable_gpu_memory_bytes
     line = f"  peak p10-p90: {band['low'] / GIB:.1f} - {band['high'] / GIB:.1f} GiB"
     if estimate.fits and band["high"] > cap:
-        line += " (the upper end does not fit: keep a margin)"
+        line += " (the upper end does not fit: keep a margin, e.g. --memory-headroom)"
     elif not estimate.fits and band["low"] <= cap:
         line += " (the lower end fits: a measurement would tell)"
     return line
 
 
 def verdict(estimate: MemoryEstimate) -> str:
-    """FITS / DOES NOT FIT with the margin, for the peak stage."""
+    """FITS / DOES NOT FIT with the margin, for the peak stage (and the headroom asked for)."""
     peak, cap = estimate.peak_stage, estimate.gpu_memory_bytes
-    margin = (cap - peak.total_bytes) / GIB
+    margin, kept = (cap - peak.total_bytes) / GIB, estimate.memory_headroom_bytes / GIB
     where = f"stage {peak.stage}: {peak.total_bytes / GIB:.1f} of {cap / GIB:.1f} GiB"
     tiers = _offload_tiers(estimate)
+    asked = f"; --memory-headroom {kept:g} GiB" if kept else ""
     if estimate.fits:
-        return f"[bold green]FITS[/] ({where}, {margin:.1f} GiB free){tiers}"
+        return f"[bold green]FITS[/] ({where}, {margin:.1f} GiB free{asked}){tiers}"
     if estimate.short_of != "GPU memory":
         return f"[bold red]DOES NOT FIT[/] in {estimate.short_of} (GPU {where}: fits){tiers}"
-    return f"[bold red]DOES NOT FIT[/] ({where}, {-margin:.1f} GiB over){tiers}"
+    if margin >= 0:
+        return (f"[bold red]DOES NOT FIT[/] ({where}, {margin:.1f} GiB free, less than the "
+                f"--memory-headroom {kept:g} GiB){tiers}")
+    return f"[bold red]DOES NOT FIT[/] ({where}, {-margin:.1f} GiB over{asked}){tiers}"
 
 
 def _offload_tiers(estimate: MemoryEstimate) -> str:
