@@ -159,10 +159,11 @@ def memory(**flags) -> None:
     estimate = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
     title = f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
     bands = memory_bands(spec, cluster, estimate)
+    hints = fit_hints(spec, cluster, plan, estimate)
     if json_out:
-        print_json({**memory_dict(estimate), **bands})
+        print_json({**memory_dict(estimate), "would_fit_with": [h.to_dict() for h in hints], **bands})
     else:
-        render_memory(estimate, title, bands)
+        render_memory(estimate, title, bands, hints)
 
     def page():
         from meshplan.report.pages_training import memory_page
@@ -180,7 +181,29 @@ def _shown_stages(estimate: MemoryEstimate) -> list[int]:
     return sorted({0, 1, 2, peak, n - 3, n - 2, n - 1})
 
 
-def render_memory(estimate: MemoryEstimate, title: str, bands: dict | None = None) -> None:
+def fit_hints(spec, cluster, plan: TrainingPlan, memory: MemoryEstimate) -> list:
+    """Flags that would make a plan fit in GPU memory (training.would_fit); [] when it fits or
+    overflows only the host or NVMe."""
+    if memory.short_of != "GPU memory":
+        return []
+    from meshplan.training.would_fit import would_fit_with
+
+    return would_fit_with(spec, cluster, plan, memory.plan, memory.peak_bytes)
+
+
+def hint_lines(hints: list, memory: MemoryEstimate) -> list[str]:
+    """`  would fit with --recompute full --tp 8 (71.2 of 79.6 GiB, 1.23 s/step on 8 GPUs)`."""
+    if memory.short_of != "GPU memory":
+        return []
+    if not hints:
+        return ["  no change of recompute, sharding, micro-batch, tp, pp, offload or GPU count "
+                "(up to 4 of them) makes it fit: see `meshplan train plan`"]
+    return [f"  would fit with {h.text} ({h.peak_bytes / GIB:.1f} of {h.gpu_memory_bytes / GIB:.1f} GiB, "
+            f"{h.step_time_s:.2f} s/step on {h.num_gpus} GPUs)" for h in hints]
+
+
+def render_memory(estimate: MemoryEstimate, title: str, bands: dict | None = None,
+                  hints: list | None = None) -> None:
     """Print the per-stage table (GiB), the verdict with the peak's p10-p90 band, and what
     meshplan chose."""
     from rich import box
@@ -201,6 +224,8 @@ def render_memory(estimate: MemoryEstimate, title: str, bands: dict | None = Non
     if note:
         console.print(note, highlight=False, soft_wrap=True)
     console.print(verdict(estimate))
+    for line in hint_lines(hints or [], estimate):
+        console.print(line, highlight=False, soft_wrap=True)
     if bands is not None:
         console.print(memory_band_line(estimate, bands["intervals"]["peak_bytes"]), highlight=False)
         extrapolation_lines(bands["extrapolating"])
@@ -296,13 +321,14 @@ def estimate(**flags) -> None:
         write_trace(trace, chrome_trace(est.pipeline.events, extra=trace_extras(est),
                                         metadata={"model": spec.name, "gpu": cluster.gpu.name}))
     bands = estimate_bands(spec, cluster, est)
+    hints = fit_hints(spec, cluster, plan, est.memory)
     if json_out:
-        print_json({**estimate_dict(est), **bands.to_dict(),
+        print_json({**estimate_dict(est), "would_fit_with": [h.to_dict() for h in hints], **bands.to_dict(),
                     **goodput_json(good, cluster.num_gpus, price)})
         html_option.write(html, page)
         finish(est.memory.fits)
         return
-    render_estimate(est, title, bands)
+    render_estimate(est, title, bands, hints)
     if tokens is not None or resilience != Resilience():  # asked about a run, not only a step
         for line in goodput_lines(good, cluster.num_gpus, resilience.checkpoint_mode, price):
             console.print(line, highlight=False, soft_wrap=True)
@@ -316,7 +342,7 @@ def estimate(**flags) -> None:
     finish(est.memory.fits)
 
 
-def render_estimate(est, title: str, bands=None) -> None:
+def render_estimate(est, title: str, bands=None, hints: list | None = None) -> None:
     """Headline numbers with their p10-p90 bands, the time breakdown and the memory verdict."""
     from rich import box
     from rich.table import Table
@@ -340,6 +366,8 @@ def render_estimate(est, title: str, bands=None) -> None:
     for line in imbalance_lines(est.imbalance):
         console.print(line, highlight=False, soft_wrap=True)
     console.print(verdict(est.memory))
+    for line in hint_lines(hints or [], est.memory):
+        console.print(line, highlight=False, soft_wrap=True)
     for field, why in est.plan.chosen.items():
         console.print(f"  chose {field} = {why}", highlight=False, soft_wrap=True)
 
