@@ -63,6 +63,7 @@ def levers(model: ModelSpec, cluster: Cluster, plan: TrainingPlan, resolved: Res
     if resolved.recompute == "none":
         out.append({"recompute": "selective"})
     stronger = SHARDING[SHARDING.index(resolved.dp_sharding) + 1:]
+    # full sharding is offered on one data-parallel rank too: it pays off once more GPUs are added
     out += [{"dp_sharding": s} for s in stronger if resolved.dp * resolved.cp > 1 or s == "full"]
     if resolved.micro_batch_size > 1:
         out.append({"micro_batch_size": 1})
