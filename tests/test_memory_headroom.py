@@ -85,3 +85,12 @@ def test_impossible_headroom_is_one_clear_error(value, words):
     assert line.startswith("error:") and "\n" not in line
     for word in words:
         assert word in line, (word, line)
+
+
+def test_a_search_where_nothing_fits_says_the_headroom_was_kept():
+    result = run("train", "plan", "--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--num-gpus", "8",
+                 "--seq-len", "8192", "--global-batch-size", "64", "--workers", "1", "--memory-headroom", "60")
+    assert result.exit_code == 1, result.output
+    closest = [line for line in result.stdout.splitlines() if line.startswith("  closest:")]
+    assert closest and all("of 19.6 GiB" in line and "keeping the 60 GiB --memory-headroom free" in line
+                           for line in closest)
