@@ -31,7 +31,7 @@ LAYERS: dict[str, float] = {
     "meshplan.serving.cost": 3.1, "meshplan.serving.engine": 3.2, "meshplan.serving.metrics": 3.3,
     # 4: one plan -> its answer
     "meshplan.training.estimate": 4, "meshplan.training.estimate_report": 4,
-    "meshplan.training.choose": 4, "meshplan.serving.simulate": 4,
+    "meshplan.training.choose": 4, "meshplan.training.would_fit": 4, "meshplan.serving.simulate": 4,
     "meshplan.goodput": 4,  # a training plan's step and memory states -> its run's wall clock
     # 5: the plan searches
     "meshplan.training.search": 5, "meshplan.serving.search": 5,

@@ -106,12 +106,14 @@ def test_command_lines_read_like_argparse():
 
 
 @pytest.mark.parametrize(("extra", "mode"), [
-    (("--request-rate", "5", "--concurrency", "1"), None),
+    (("--request-rate", "5"), None),
     (("--bench-command", "vllm bench serve --request-rate 5"), "poisson"),
     (("--bench-command", "vllm bench serve --request-rate 5 --burstiness 0.5"), "gamma"),
 ])
 def test_workload_mode_follows_rate_and_concurrency(tmp_path, extra, mode):
-    data = {**json.loads(VLLM.read_text()), "max_concurrency": None}
+    data = {**json.loads(VLLM.read_text()), "max_concurrency": None, "request_rate": 5.0}
+    if mode == "gamma":
+        data["burstiness"] = 0.5
     result_file = tmp_path / "r.json"
     result_file.write_text(json.dumps(data))
     result = run(*SERVE, "--out", tmp_path / "o.yaml", "--result", result_file, *extra)
@@ -119,6 +121,54 @@ def test_workload_mode_follows_rate_and_concurrency(tmp_path, extra, mode):
     workload = records(tmp_path / "o.yaml")[0]["serving"]["workload"]
     assert workload["mode"] == (mode or "poisson") and workload["request_rate"] == 5.0
     assert ("burstiness" in workload) == (mode == "gamma")
+
+
+def _result(tmp_path, **changes) -> Path:
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({**json.loads(VLLM.read_text()), **changes}))
+    return path
+
+
+@pytest.mark.parametrize(("changes", "extra", "named"), [
+    # the brief's case: the command ran at 20 req/s, the result says unbounded
+    ({}, ("--bench-command", VLLM_COMMAND + " --request-rate 20"), ("--bench-command (request_rate) says 20",
+                                                                   "says inf")),
+    ({}, ("--bench-command", VLLM_COMMAND.replace("--max-concurrency 16", "--max-concurrency 64")),
+     ("says 64", "says 16")),
+    ({}, ("--bench-command", VLLM_COMMAND.replace("--num-prompts 200", "--num-prompts 100")),
+     ("says 100", "says 200")),
+    ({"num_prompts": None}, ("--bench-command", VLLM_COMMAND.replace("--num-prompts 200", "--num-prompts 100")),
+     ("says 100 prompts", "completed 200")),
+    ({}, ("--bench-command", VLLM_COMMAND.replace("--random-input-len 1024", "--random-input-len 4096")),
+     ("says 4096 tokens", "measured 1,024 per request")),
+    ({}, ("--bench-command", VLLM_COMMAND.replace("--random-output-len 128", "--random-output-len 32")),
+     ("says 32 tokens", "measured 128 per request")),
+    ({}, ("--bench-command", VLLM_COMMAND, "--concurrency", "8"), ("--concurrency says 8", "says 16")),
+    ({"max_concurrency": None, "request_rate": 5.0}, ("--concurrency", "1"),
+     ("request rate (5 requests/s)", "concurrency cap (1)", "validate")),
+])
+def test_contradictory_inputs_exit_2_naming_both_values(tmp_path, changes, extra, named):
+    """`record serving` wrote whatever the command said over the result, a record validate could
+    never reproduce (#34 item 6); now a fact stated twice must agree, and nothing is written."""
+    out = tmp_path / "o.yaml"
+    result = run(*SERVE, "--out", out, "--result", _result(tmp_path, **changes), *extra)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    for word in named:
+        assert word in lines[0], (word, lines[0])
+    assert not out.exists()
+
+
+def test_agreeing_inputs_write_a_record_validate_uses(tmp_path):
+    """The same facts stated by the command, the flags and the result: written, and validate
+    predicts it (no skip)."""
+    out = tmp_path / "o.yaml"
+    result = run(*SERVE, "--out", out, "--result", VLLM, "--bench-command", VLLM_COMMAND,
+                 "--concurrency", "16", "--num-requests", "200")
+    assert result.exit_code == 0, result.output
+    data = validate_json(out)
+    assert data["skipped"] == [] and data["records"]
 
 
 def test_offline_when_the_rate_is_unbounded_and_no_concurrency(tmp_path):
@@ -199,3 +249,14 @@ def test_unusable_results_are_named(data, message):
     with pytest.raises(ConfigError, match=message) as info:
         parse_result(data, "bench.json")
     assert "bench.json" in str(info.value)
+
+
+def test_a_record_validate_would_skip_is_refused(tmp_path):
+    """No output length anywhere (no command, no totals in the result): validate would skip the
+    record ("output_len is not published"), so record refuses it instead of writing it."""
+    out = tmp_path / "o.yaml"
+    path = _result(tmp_path, total_output_tokens=None, total_input_tokens=None)
+    result = run(*SERVE, "--out", out, "--result", path)
+    assert result.exit_code == 2, result.output
+    assert "`meshplan validate` could not use this record" in result.output
+    assert "output_len" in result.output and not out.exists()

@@ -157,3 +157,22 @@ def test_missing_viz_extra_is_one_message_and_exit_2(tmp_path, monkeypatch):
 def test_html_to_a_directory_is_a_clear_error(tmp_path):
     result = run("train", "memory", *TRAIN, "--html", tmp_path, code=2)
     assert f"--html {str(tmp_path)!r} is a directory; meshplan writes only regular files" in " ".join(result.stderr.split())
+
+
+def test_one_bubble_in_the_table_the_json_and_the_report(tmp_path):
+    """The headline of the HTML report printed the mean idle share over stages of the pipelined
+    part (4.6%) while the breakdown printed the busiest stage's idle share of the step (1.0%) (#34
+    item 5). One definition now (StepEstimate.bubble_fraction): the table's `pipeline bubble`
+    share, the JSON's bubble_fraction and breakdown, and the report's headline agree."""
+    args = ("--model", "llama-3.1-70b", "--gpu", "h100-sxm-80gb", "--num-gpus", "64", "--tp", "8",
+            "--pp", "4", "--vpp", "2", "--global-batch-size", "16", "--micro-batch-size", "1",
+            "--seq-len", "8192")
+    out = tmp_path / "estimate.html"
+    data = json.loads(run("train", "estimate", *args, "--json", "--html", out).stdout)
+    share = data["breakdown"]["pipeline_bubble"] / data["step_time_s"]
+    assert data["bubble_fraction"] == pytest.approx(share, rel=1e-12) and share > 0.01
+    table = run("train", "estimate", *args).stdout
+    row = re.search(r"pipeline bubble\s+[\d.]+ s\s+([\d.]+)%", table)
+    assert row and row.group(1) == f"{100 * share:.1f}", table
+    page = out.read_text(encoding="utf-8")
+    assert f"{share:.1%}" in re.search(r"pipeline bubble[^%]*%", page).group(0)

@@ -198,3 +198,36 @@ def test_malformed_trace_rows_can_be_skipped():
     data = run_json(*BASE, "--trace", TRACES / "mooncake_bad.jsonl", "--trace-format", "mooncake",
                     "--on-error", "skip")
     assert data["metrics"]["completed"] == data["simulation"]["requests"] > 0
+
+
+# ---------------------------------------------------------------------------- trace format from the file
+
+
+@pytest.mark.parametrize("name, fmt", [("burstgpt_sample.csv", "burstgpt"),
+                                       ("azure_code_sample.csv", "azure"),
+                                       ("mooncake_sample.jsonl", "mooncake")])
+def test_trace_format_is_told_from_the_file(name, fmt):
+    """--trace alone replays a public trace (it needed --trace-format even for a BurstGPT CSV);
+    the description names the format that was detected (#34 item 6)."""
+    data = run_json(*BASE, "--trace", TRACES / name)
+    given = run_json(*BASE, "--trace", TRACES / name, "--trace-format", fmt)
+    assert data["simulation"]["requests"] == given["simulation"]["requests"] > 0
+    table = run(*BASE, "--trace", TRACES / name)
+    assert table.exit_code == 0 and f"workload: {fmt} trace {name}" in table.stdout, table.output
+
+
+def test_trace_format_flag_overrides_detection(tmp_path):
+    """--trace-format still decides: a BurstGPT file read as azure is refused by the azure reader."""
+    result = run(*BASE, "--trace", TRACES / "burstgpt_sample.csv", "--trace-format", "azure")
+    assert result.exit_code == 2 and "TIMESTAMP" in result.stderr
+
+
+def test_undetectable_trace_is_one_error_listing_the_formats(tmp_path):
+    path = tmp_path / "mine.csv"
+    path.write_text("when,prompt,answer\n0.0,10,20\n")
+    result = run(*BASE, "--trace", path)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    for word in ("--trace-format", "burstgpt", "azure", "mooncake", "Request tokens", "hash_ids"):
+        assert word in lines[0], (word, lines[0])

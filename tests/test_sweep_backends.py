@@ -37,7 +37,7 @@ def test_ray_gives_the_process_pool_rows(tmp_path):
     assert layout(ray_rows) == layout(local)
 
 
-def flaky(cells, global_batch_tokens, framework, site=None, _real=sweep.sweep_chunk):
+def flaky(cells, global_batch_tokens, framework, site=None, headroom=0.0, _real=sweep.sweep_chunk):
     """Fails the first attempt at gpt2 on 16 GPUs (a marker file remembers across processes),
     and every attempt at gpt2 on 8 GPUs."""
     model, _, gpus, _ = cells[0]
@@ -47,7 +47,7 @@ def flaky(cells, global_batch_tokens, framework, site=None, _real=sweep.sweep_ch
     if model == "gpt2" and gpus == 16 and not marker.exists():
         marker.write_text("tried")
         raise RuntimeError("worker lost")
-    return _real(cells, global_batch_tokens, framework, site)
+    return _real(cells, global_batch_tokens, framework, site, headroom)
 
 
 def test_a_failed_task_is_retried_once_then_reported(tmp_path, monkeypatch):

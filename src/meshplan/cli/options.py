@@ -21,6 +21,9 @@ HOST_LINK = typer.Option(None, "--host-link-gb-per-s",
 NVME_READ = typer.Option(None, "--nvme-read-gb-per-s", help="NVMe read bandwidth per node in GB/s.")
 NVME_WRITE = typer.Option(None, "--nvme-write-gb-per-s", help="NVMe write bandwidth per node in GB/s.")
 NVME_TB = typer.Option(None, "--nvme-tb", help="NVMe data capacity per node in TB.")
+MEMORY_HEADROOM = typer.Option(
+    None, "--memory-headroom", help="GPU memory in GiB a plan must leave free, a safety margin "
+    "(a plan fits when its peak is at most the GPU's memory minus this; default 0).")
 HOST_OPTIONS = ("host_memory_gb", "host_link_gb_per_s", "nvme_read_gb_per_s", "nvme_write_gb_per_s",
                 "nvme_tb")
 """Keyword names of the host overrides, as `build_cluster` and `Cluster.build` take them."""
@@ -28,8 +31,10 @@ HOST_OPTIONS = ("host_memory_gb", "host_link_gb_per_s", "nvme_read_gb_per_s", "n
 
 def build_cluster(gpu: str, num_gpus: int, gpus_per_node: int | None, scale_up_domain: int | None,
                   inter_node_gbps_per_gpu: float | None, gpu_power_limit_w: float | None,
-                  **host: float | None) -> Cluster:
-    """A Cluster from the shared hardware options (`host`: the HOST_OPTIONS overrides)."""
+                  memory_headroom: float | None = None, **host: float | None) -> Cluster:
+    """A Cluster from the shared hardware options (`host`: the HOST_OPTIONS overrides;
+    `memory_headroom`: --memory-headroom in GiB)."""
     return Cluster.build(gpu, num_gpus, gpus_per_node=gpus_per_node, scale_up_domain=scale_up_domain,
                          inter_node_gbps_per_gpu=inter_node_gbps_per_gpu,
-                         gpu_power_limit_w=gpu_power_limit_w, **host)
+                         gpu_power_limit_w=gpu_power_limit_w, memory_headroom_gib=memory_headroom,
+                         **host)

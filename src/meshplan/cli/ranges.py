@@ -65,6 +65,7 @@ RANGES: dict[str, Range] = {
     "nvme_read_gb_per_s": R(0.01, 10_000, "an NVMe read bandwidth per node", "GB/s"),
     "nvme_write_gb_per_s": R(0.01, 10_000, "an NVMe write bandwidth per node", "GB/s"),
     "nvme_tb": R(0.01, 10_000, "an NVMe capacity per node", "TB"),
+    "memory_headroom": R(0, 1024, "a GPU memory headroom", "GiB"),
     # training layout and batch
     "tp": R(1, 65_536, "a tensor-parallel size"), "pp": R(1, 65_536, "a pipeline-parallel size"),
     "cp": R(1, 65_536, "a context-parallel size"), "ep": R(1, 65_536, "an expert-parallel size"),

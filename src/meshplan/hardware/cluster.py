@@ -46,12 +46,21 @@ class Cluster:
     """Sequential write bandwidth of a node's NVMe data drives together, bytes/s."""
     nvme_bytes_per_node: float | None = None
     """Capacity of a node's NVMe data drives, bytes."""
+    memory_headroom_bytes: float = 0.0
+    """GPU memory a plan must leave free, bytes (a safety margin the user asks for: allocator
+    spikes, a profiler, another process); a plan fits when its peak is at most HBM minus this."""
 
     def __post_init__(self) -> None:
         _fill_defaults(self)
         _check_counts(self)
         _check_domain(self)
         _check_rates(self)
+        _check_headroom(self)
+
+    @property
+    def usable_gpu_memory_bytes(self) -> float:
+        """GPU memory a plan may fill: the GPU's HBM less the headroom asked for."""
+        return float(self.gpu.hbm_bytes) - self.memory_headroom_bytes
 
     @property
     def gpus_on_node(self) -> int:
@@ -94,9 +103,11 @@ class Cluster:
         nvme_read_gb_per_s: float | None = None,
         nvme_write_gb_per_s: float | None = None,
         nvme_tb: float | None = None,
+        memory_headroom_gib: float | None = None,
     ) -> Cluster:
         """A Cluster from the run-record `hardware:` keys (catalog name, gigabits/s per GPU) and
-        host overrides in decimal GB, GB/s and TB (per node; the host link per GPU)."""
+        host overrides in decimal GB, GB/s and TB (per node; the host link per GPU); the GPU
+        memory to keep free in GiB."""
         network = None
         if inter_node_gbps_per_gpu is not None:
             network = inter_node_gbps_per_gpu * 1e9 / BITS_PER_BYTE
@@ -116,6 +127,7 @@ class Cluster:
             scale_up_domain=scale_up_domain,
             inter_node_bandwidth_bytes_per_s_per_gpu=network,
             power_limit_w=gpu_power_limit_w,
+            memory_headroom_bytes=(memory_headroom_gib or 0.0) * 2**30,
         )
 
 
@@ -191,6 +203,15 @@ def _check_domain(c: Cluster) -> None:
             f"({', '.join(map(str, divisors))}) or be a multiple of it "
             f"({gpn * 2}, {gpn * 3}, ...)"
         )
+
+
+def _check_headroom(c: Cluster) -> None:
+    """The headroom is zero or more and leaves some of the GPU's memory to use."""
+    headroom, hbm = c.memory_headroom_bytes, c.gpu.hbm_bytes
+    if not isinstance(headroom, (int, float)) or not 0 <= headroom < hbm:
+        shown = f"{headroom / 2**30:g} GiB" if isinstance(headroom, (int, float)) else repr(headroom)
+        raise ConfigError(f"--memory-headroom {shown}: give 0 or more and less than the "
+                          f"{c.gpu.name}'s {hbm / 2**30:.1f} GiB")
 
 
 def _check_rates(c: Cluster) -> None:

@@ -25,7 +25,9 @@ def memory_headline(estimate: MemoryEstimate) -> list[tuple[str, str]]:
             ("peak stage", str(peak.stage)),
             ("peak memory per GPU", f"{peak.total_bytes / GIB:.1f} GiB"),
             ("GPU memory", f"{cap / GIB:.1f} GiB"),
-            ("headroom", f"{(cap - peak.total_bytes) / GIB:+.1f} GiB")]
+            ("headroom", f"{(cap - peak.total_bytes) / GIB:+.1f} GiB")] + (
+            [("headroom asked (--memory-headroom)", f"{estimate.memory_headroom_bytes / GIB:.1f} GiB")]
+            if estimate.memory_headroom_bytes else [])
 
 
 def _plan_notes(estimate: MemoryEstimate) -> list[str]:
@@ -63,7 +65,7 @@ def estimate_page(est: StepEstimate, title: str, command: str, inputs: Mapping, 
                 ("tokens/s per GPU", f"{est.tokens_per_s_per_gpu:,.0f}"),
                 ("MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}"),
                 *_band_rows(bands),
-                ("pipeline bubble (mean over stages)", f"{est.pipeline.bubble_fraction:.1%}"),
+                ("pipeline bubble (busiest stage idle, share of step)", f"{est.bubble_fraction:.1%}"),
                 *memory_headline(est.memory)]
     sections = [Section(title="Step time breakdown", figure=ft.breakdown_figure(est)),
                 Section(title="Pipeline timeline", figure=ft.timeline_figure(est),

@@ -45,6 +45,17 @@ class StepEstimate:
     """Document attention and MoE routing imbalance (training/imbalance/report.py); empty by
     default."""
 
+    @property
+    def bubble_fraction(self) -> float:
+        """The pipeline bubble, the one definition every view prints: the idle time of the
+        busiest pipeline stage during the step (`breakdown["pipeline_bubble"]`) as a share of the
+        whole step time, so it adds up with the breakdown's other parts to 100%. (The
+        simulator's `pipeline.bubble_fraction`, idle time averaged over stages as a share of
+        the pipelined part only, is a property of the schedule and is not shown.)"""
+        if self.step_time_s <= 0:
+            return 0.0
+        return self.breakdown.get("pipeline_bubble", 0.0) / self.step_time_s
+
 
 def _stage_times(ctx: CostContext, chunks: list[ChunkTime]) -> list[StageTimes]:
     """Each stage's StageTimes; stages of one signature run the same chunks, so they share one

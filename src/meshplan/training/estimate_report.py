@@ -19,7 +19,7 @@ def estimate_dict(est: StepEstimate) -> dict[str, Any]:
         "flops_formula": "model FLOPs = 3 x causal forward FLOPs per token (matmuls + attention "
                          "with causal halving) x tokens; dense bf16 peak (fp8 plans too)",
         "breakdown": est.breakdown,
-        "bubble_fraction": est.pipeline.bubble_fraction,
+        "bubble_fraction": est.bubble_fraction,
         "trainable_params": mem["trainable_params"],
         "imbalance": est.imbalance,
         "peak_bytes": mem["peak_bytes"],

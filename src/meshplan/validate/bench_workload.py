@@ -1,5 +1,6 @@
 """The `serving.workload` of a run record, from a serving benchmark's command line, the run facts
-its result file states, and explicit values (which win, then the command, then the result).
+its result file states, and explicit values; a fact two of them state must agree
+(`bench_checks`), and each fills what the others leave open.
 
 Flags read from the command line (names from vllm/benchmarks/serve.py and
 python/sglang/bench_serving.py, the commits named in meshplan.validate.bench_results):
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from meshplan.errors import ConfigError
+from meshplan.validate.bench_checks import check_sources
 from meshplan.validate.bench_results import BenchResult
 
 _COMMON = {"--dataset-name": ("dataset_name", str), "--random-input-len": ("random_input_len", int),
@@ -172,28 +174,32 @@ ORDER = ("mode", "dataset", "input_len", "output_len", "range_ratio", "num_reque
 """Key order of a written workload (SCHEMA.md's)."""
 
 
-def _mode(facts: dict, remarks: list[str]) -> str:
-    """The arrival mode (SCHEMA.md): closed loop, timed arrivals or all at t=0."""
+def _mode(facts: dict) -> str:
+    """The arrival mode (SCHEMA.md): closed loop, timed arrivals or all at t=0. A run with both
+    a request rate and a concurrency cap is refused: the simulator takes one of them, so
+    `meshplan validate` could never use its record."""
     rate, clients, burst = facts.get("request_rate"), facts.get("concurrency"), facts.get("burstiness")
     if rate is None:
         return "concurrency" if clients else "offline"
     if clients:
-        remarks.append("the run had both a request rate and a concurrency cap, and meshplan's "
-                       "simulator takes one of them, so `meshplan validate` skips this record")
+        raise ConfigError(f"the run had both a request rate ({rate:g} requests/s) and a concurrency "
+                          f"cap ({clients}); meshplan simulates one of them, so `meshplan validate` "
+                          f"could not use the record; nothing was written")
     return "gamma" if burst is not None and burst != 1 else "poisson"
 
 
 def bench_workload(result: BenchResult, command: str | None, explicit: dict[str, Any],
                    remarks: list[str]) -> dict[str, Any]:
-    """The record's `serving.workload`: explicit values over the command's over the result's;
-    what was inferred is appended to `remarks`."""
-    raw = dict(result.facts)
+    """The record's `serving.workload` from the explicit values, the command and the result
+    (which must agree where they overlap); what was inferred is appended to `remarks`."""
+    raw, flags = dict(result.facts), {}
     if command:
         tool, flags = parse_command(command, default_tool=result.format)
         if tool != result.format:
             raise ConfigError(f"--bench-command is a {tool} benchmark but the result is a "
                               f"{result.format} result; give the command that wrote the result")
         raw.update(flags)
+    check_sources(result, flags, explicit)
     facts = workload_facts(result.format, raw, remarks)
     if unknown := sorted(set(explicit) - set(OVERRIDES)):
         raise ConfigError(f"workload keys {unknown} cannot be given; known: {', '.join(OVERRIDES)}")
@@ -205,7 +211,7 @@ def bench_workload(result: BenchResult, command: str | None, explicit: dict[str,
         for key in {"input_len", "output_len"} - set(explicit):
             facts.pop(key, None)
     _from_totals(facts, result, remarks)
-    facts["mode"] = _mode(facts, remarks)
+    facts["mode"] = _mode(facts)
     if facts["mode"] != "gamma":
         facts.pop("burstiness", None)
     return {**{k: facts[k] for k in ORDER if k in facts}, **facts}

@@ -150,8 +150,20 @@ def serving_record(model: str, hardware: dict[str, Any], serving: dict[str, Any]
     text = "; ".join(n for n in (notes, *remarks) if n)
     if text:
         record["notes"] = text
-    check_record(record)
+    check_usable(check_record(record))
     return record
+
+
+def check_usable(record: Record) -> None:
+    """Refuse a serving record `meshplan validate` would skip: it builds the same model, cluster,
+    plan and workload validate simulates (without simulating)."""
+    from meshplan.validate.serving_records import serving_case
+
+    try:
+        serving_case(record)
+    except ConfigError as exc:
+        raise ConfigError(f"`meshplan validate` could not use this record ({exc}); nothing was "
+                          f"written") from None
 
 
 def _existing(path: Path) -> tuple[str, dict[str, Any]]:

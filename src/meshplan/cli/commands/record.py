@@ -95,13 +95,20 @@ def serving(
                                       "(dataset, lengths, prompts, rate, concurrency)."),
     input_len: int = typer.Option(None, help="Prompt tokens (overrides the command and result)."),
     output_len: int = typer.Option(None, help="Output tokens (overrides the command and result)."),
-    num_requests: int = typer.Option(None, help="Requests in the benchmark (overrides)."),
-    request_rate: float = typer.Option(None, help="Requests per second (overrides; not given: as run)."),
-    concurrency: int = typer.Option(None, help="Closed-loop clients, --max-concurrency (overrides)."),
+    num_requests: int = typer.Option(None, help="Requests in the benchmark (must agree with the "
+                                     "command and result where they say)."),
+    request_rate: float = typer.Option(None, help="Requests per second (must agree with the command "
+                                       "and result where they say; not given: as run)."),
+    concurrency: int = typer.Option(None, help="Closed-loop clients, --max-concurrency (must agree "
+                                    "with the command and result where they say)."),
     dataset: str = typer.Option(None, help="random or sharegpt (overrides)."),
     notes: str = NOTES,
 ) -> None:
-    """Append one measured serving benchmark to a run-record file (measured: its result file)."""
+    """Append one measured serving benchmark to a run-record file (measured: its result file).
+
+    The result file, --bench-command and the workload flags must agree on what they all state
+    (rate, concurrency, prompts, random lengths against the measured means); a contradiction, or
+    a record `meshplan validate` could not simulate, exits 2 and writes nothing."""
     bench = read_result(result, result_format)
     for remark in bench.remarks:
         err_console.print(f"note: {remark}", highlight=False, markup=False, soft_wrap=True)

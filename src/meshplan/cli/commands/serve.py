@@ -80,8 +80,6 @@ def build_workload(trace: Path | None, trace_format: str | None, on_error: str, 
                    seed: int, **spec) -> Workload:
     """The workload: a trace file, or a synthetic spec from the workload flags."""
     if trace is not None:
-        if trace_format is None:
-            raise ConfigError("--trace needs --trace-format (burstgpt, azure or mooncake)")
         workload = read_trace(trace, trace_format, on_error=on_error, time_scale=time_scale,
                               max_requests=spec.get("num_requests"))
         lora = {k: spec[k] for k in ("lora_popularity", "lora_zipf_exponent") if spec.get(k) is not None}
@@ -181,7 +179,7 @@ def simulate_cmd(
     num_prefixes: int = typer.Option(None, help="Distinct shared system prompts."),
     turns: int = typer.Option(None, help="Turns per multi-turn session."),
     trace: Path = typer.Option(None, "--trace", help="Replay this trace file instead of a synthetic workload."),
-    trace_format: str = typer.Option(None, help="Trace format: burstgpt, azure or mooncake."),
+    trace_format: str = typer.Option(None, help="Trace format: burstgpt, azure or mooncake (default: told from the file's first line)."),
     on_error: str = typer.Option("stop", help="Malformed trace rows: stop (error) or skip (and report)."),
     time_scale: float = typer.Option(1.0, help="Trace replay: multiply inter-arrival times by this."),
     slo_ttft_ms: float = typer.Option(None, help="Goodput SLO on time to first token, ms."),

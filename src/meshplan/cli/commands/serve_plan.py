@@ -75,7 +75,7 @@ def plan_cmd(
     shared_prefix_len: int = typer.Option(None, help="Tokens of a shared system prompt."),
     num_requests: int = typer.Option(800, help="Requests per simulation."),
     trace: Path = typer.Option(None, "--trace", help="Plan for this trace's traffic instead."),
-    trace_format: str = typer.Option(None, help="burstgpt, azure or mooncake."),
+    trace_format: str = typer.Option(None, help="burstgpt, azure or mooncake (default: told from the file's first line)."),
     on_error: str = typer.Option("stop", help="Malformed trace rows: stop or skip."),
     quantization: bool = typer.Option(
         False, "--quantization/--no-quantization",
@@ -83,6 +83,10 @@ def plan_cmd(
              "the model's own precision next to the best quantized one. Default: the model's own precision "
              "(--no-quantization, kept for old scripts)."),
     no_disaggregation: bool = typer.Option(False, "--no-disaggregation", help="Only colocated replicas."),
+    memory_headroom: float = typer.Option(
+        None, "--memory-headroom", help="GPU memory in GiB each plan must leave free: plans get a "
+        "gpu_memory_utilization of at most 1 - headroom / GPU memory when the engine's default would "
+        "use more (vllm, sglang)."),
     top: int = typer.Option(5, help="Plans to show."),
     workers: int = typer.Option(2, help="Processes simulating candidates in parallel."),
     seed: int = typer.Option(0, help="Random seed of the synthetic workload."),
@@ -102,7 +106,8 @@ def plan_cmd(
                                 range_ratio=range_ratio, burstiness=burstiness, shared_prefix_len=shared_prefix_len)
     spec = load_model(model)
     clusters = [Cluster.build(g, 1) for g in gpu]  # hardware only; each plan is sized in the search
-    space = Space(engine=engine, quantize=quantization, disaggregate=not no_disaggregation)
+    space = Space(engine=engine, quantize=quantization, disaggregate=not no_disaggregation,
+                  memory_headroom_bytes=(memory_headroom or 0.0) * 2**30)
     with progress("searching deployments", show_progress(quiet, json_out)):
         result = search(spec, clusters, unit, rate, t, max_gpus=max_gpus, objective=objective,
                         prices=_prices(price), space=space, top=top, workers=workers)

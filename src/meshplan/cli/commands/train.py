@@ -11,7 +11,7 @@ import typer
 from pydantic import ValidationError
 
 from meshplan.bands.training import estimate_bands, memory_bands
-from meshplan.cli import html_option
+from meshplan.cli import html_option, memory_table
 from meshplan.cli import goodput_options
 from meshplan.cli import options as opt
 from meshplan.cli.conflicts import check_training_flags
@@ -65,6 +65,7 @@ def _plan_flags(
     gpu_power_limit_w: float = opt.POWER_LIMIT, host_memory_gb: float = opt.HOST_MEMORY,
     host_link_gb_per_s: float = opt.HOST_LINK, nvme_read_gb_per_s: float = opt.NVME_READ,
     nvme_write_gb_per_s: float = opt.NVME_WRITE, nvme_tb: float = opt.NVME_TB,
+    memory_headroom: float = opt.MEMORY_HEADROOM,
     tp: int = typer.Option(1, help=_help("tp")), pp: int = typer.Option(1, help=_help("pp")),
     vpp: int = typer.Option(None, help=_help("vpp")), dp: int = typer.Option(None, help=_help("dp")),
     cp: int = typer.Option(1, help=_help("cp")), ep: int = typer.Option(1, help=_help("ep")),
@@ -123,6 +124,7 @@ def parse_inputs(flags: dict):
     choose_framework(flags)
     check_training_flags(flags, spec)
     cluster = opt.build_cluster(*(flags.pop(name) for name in HARDWARE),
+                                memory_headroom=flags.pop("memory_headroom"),
                                 **{name: flags.pop(name) for name in opt.HOST_OPTIONS})
     for name in ("json_out", "trace", "html"):
         flags.pop(name, None)
@@ -157,10 +159,11 @@ def memory(**flags) -> None:
     estimate = estimate_memory(spec, cluster, resolve_plan(plan, spec, cluster))
     title = f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}"
     bands = memory_bands(spec, cluster, estimate)
+    hints = fit_hints(spec, cluster, plan, estimate)
     if json_out:
-        print_json({**memory_dict(estimate), **bands})
+        print_json({**memory_dict(estimate), "would_fit_with": [h.to_dict() for h in hints], **bands})
     else:
-        render_memory(estimate, title, bands)
+        render_memory(estimate, title, bands, hints)
 
     def page():
         from meshplan.report.pages_training import memory_page
@@ -171,12 +174,6 @@ def memory(**flags) -> None:
     finish(estimate.fits)
 
 
-STAGE_COLUMNS = (("weights", "weights_bytes"), ("grads", "gradients_bytes"),
-                 ("optim", "optimizer_state_bytes"), ("activ.", "activations_bytes"),
-                 ("logits", "logits_bytes"), ("other", "other_bytes"), ("total", "total_bytes"))
-"""Table columns; `optim` is the master weights plus the optimizer's moments."""
-
-
 def _shown_stages(estimate: MemoryEstimate) -> list[int]:
     n, peak = len(estimate.stages), estimate.peak_stage.stage
     if n <= 12:
@@ -184,7 +181,29 @@ def _shown_stages(estimate: MemoryEstimate) -> list[int]:
     return sorted({0, 1, 2, peak, n - 3, n - 2, n - 1})
 
 
-def render_memory(estimate: MemoryEstimate, title: str, bands: dict | None = None) -> None:
+def fit_hints(spec, cluster, plan: TrainingPlan, memory: MemoryEstimate) -> list:
+    """Flags that would make a plan fit in GPU memory (training.would_fit); [] when it fits or
+    overflows only the host or NVMe."""
+    if memory.short_of != "GPU memory":
+        return []
+    from meshplan.training.would_fit import would_fit_with
+
+    return would_fit_with(spec, cluster, plan, memory.plan, memory.peak_bytes)
+
+
+def hint_lines(hints: list, memory: MemoryEstimate) -> list[str]:
+    """`  would fit with --recompute full --tp 8 (71.2 of 79.6 GiB, 1.23 s/step on 8 GPUs)`."""
+    if memory.short_of != "GPU memory":
+        return []
+    if not hints:
+        return ["  no change of recompute, sharding, micro-batch, tp, pp, offload or GPU count "
+                "(up to 4 of them) makes it fit: see `meshplan train plan`"]
+    return [f"  would fit with {h.text} ({h.peak_bytes / GIB:.1f} of {h.gpu_memory_bytes / GIB:.1f} GiB, "
+            f"{h.step_time_s:.2f} s/step on {h.num_gpus} GPUs)" for h in hints]
+
+
+def render_memory(estimate: MemoryEstimate, title: str, bands: dict | None = None,
+                  hints: list | None = None) -> None:
     """Print the per-stage table (GiB), the verdict with the peak's p10-p90 band, and what
     meshplan chose."""
     from rich import box
@@ -192,18 +211,21 @@ def render_memory(estimate: MemoryEstimate, title: str, bands: dict | None = Non
 
     table = Table(title=f"{title}: memory per GPU (GiB)", box=box.SIMPLE_HEAD,
                   padding=(0, 1, 0, 0), pad_edge=False)
-    for name in ("stage", "layers", "mb alive", *(c for c, _ in STAGE_COLUMNS)):
+    for name in ("stage", "layers", "mb alive", *(c for c, _ in memory_table.PARTS), "total"):
         table.add_column(name, justify="right", no_wrap=True, min_width=len(name))
     peak = estimate.peak_stage
     for index in _shown_stages(estimate):
         s = estimate.stages[index]
-        data = s.to_dict()
-        data["optimizer_state_bytes"] = s.master_weights_bytes + s.optimizer_bytes
         cells = [str(s.stage), str(s.num_layers), f"{s.in_flight_microbatches:g}"]
-        cells += [f"{data[key] / GIB:.1f}" for _, key in STAGE_COLUMNS]
+        cells += memory_table.rounded_cells(memory_table.stage_parts(s), s.total_bytes)
         table.add_row(*cells, style="bold yellow" if s is peak else None)
     console.print(table)
+    note = memory_table.maxima_note(estimate.stages)
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
     console.print(verdict(estimate))
+    for line in hint_lines(hints or [], estimate):
+        console.print(line, highlight=False, soft_wrap=True)
     if bands is not None:
         console.print(memory_band_line(estimate, bands["intervals"]["peak_bytes"]), highlight=False)
         extrapolation_lines(bands["extrapolating"])
@@ -215,26 +237,30 @@ def render_memory(estimate: MemoryEstimate, title: str, bands: dict | None = Non
 
 def memory_band_line(estimate: MemoryEstimate, band: dict) -> str:
     """The peak's p10-p90 band, and what it means for the verdict."""
-    cap = estimate.gpu_memory_bytes
+    cap = estimate.usable_gpu_memory_bytes
     line = f"  peak p10-p90: {band['low'] / GIB:.1f} - {band['high'] / GIB:.1f} GiB"
     if estimate.fits and band["high"] > cap:
-        line += " (the upper end does not fit: keep a margin)"
+        line += " (the upper end does not fit: keep a margin, e.g. --memory-headroom)"
     elif not estimate.fits and band["low"] <= cap:
         line += " (the lower end fits: a measurement would tell)"
     return line
 
 
 def verdict(estimate: MemoryEstimate) -> str:
-    """FITS / DOES NOT FIT with the margin, for the peak stage."""
+    """FITS / DOES NOT FIT with the margin, for the peak stage (and the headroom asked for)."""
     peak, cap = estimate.peak_stage, estimate.gpu_memory_bytes
-    margin = (cap - peak.total_bytes) / GIB
+    margin, kept = (cap - peak.total_bytes) / GIB, estimate.memory_headroom_bytes / GIB
     where = f"stage {peak.stage}: {peak.total_bytes / GIB:.1f} of {cap / GIB:.1f} GiB"
     tiers = _offload_tiers(estimate)
+    asked = f"; --memory-headroom {kept:g} GiB" if kept else ""
     if estimate.fits:
-        return f"[bold green]FITS[/] ({where}, {margin:.1f} GiB free){tiers}"
+        return f"[bold green]FITS[/] ({where}, {margin:.1f} GiB free{asked}){tiers}"
     if estimate.short_of != "GPU memory":
         return f"[bold red]DOES NOT FIT[/] in {estimate.short_of} (GPU {where}: fits){tiers}"
-    return f"[bold red]DOES NOT FIT[/] ({where}, {-margin:.1f} GiB over){tiers}"
+    if margin >= 0:
+        return (f"[bold red]DOES NOT FIT[/] ({where}, {margin:.1f} GiB free, less than the "
+                f"--memory-headroom {kept:g} GiB){tiers}")
+    return f"[bold red]DOES NOT FIT[/] ({where}, {-margin:.1f} GiB over{asked}){tiers}"
 
 
 def _offload_tiers(estimate: MemoryEstimate) -> str:
@@ -295,13 +321,14 @@ def estimate(**flags) -> None:
         write_trace(trace, chrome_trace(est.pipeline.events, extra=trace_extras(est),
                                         metadata={"model": spec.name, "gpu": cluster.gpu.name}))
     bands = estimate_bands(spec, cluster, est)
+    hints = fit_hints(spec, cluster, plan, est.memory)
     if json_out:
-        print_json({**estimate_dict(est), **bands.to_dict(),
+        print_json({**estimate_dict(est), "would_fit_with": [h.to_dict() for h in hints], **bands.to_dict(),
                     **goodput_json(good, cluster.num_gpus, price)})
         html_option.write(html, page)
         finish(est.memory.fits)
         return
-    render_estimate(est, title, bands)
+    render_estimate(est, title, bands, hints)
     if tokens is not None or resilience != Resilience():  # asked about a run, not only a step
         for line in goodput_lines(good, cluster.num_gpus, resilience.checkpoint_mode, price):
             console.print(line, highlight=False, soft_wrap=True)
@@ -315,7 +342,7 @@ def estimate(**flags) -> None:
     finish(est.memory.fits)
 
 
-def render_estimate(est, title: str, bands=None) -> None:
+def render_estimate(est, title: str, bands=None, hints: list | None = None) -> None:
     """Headline numbers with their p10-p90 bands, the time breakdown and the memory verdict."""
     from rich import box
     from rich.table import Table
@@ -339,6 +366,8 @@ def render_estimate(est, title: str, bands=None) -> None:
     for line in imbalance_lines(est.imbalance):
         console.print(line, highlight=False, soft_wrap=True)
     console.print(verdict(est.memory))
+    for line in hint_lines(hints or [], est.memory):
+        console.print(line, highlight=False, soft_wrap=True)
     for field, why in est.plan.chosen.items():
         console.print(f"  chose {field} = {why}", highlight=False, soft_wrap=True)
 

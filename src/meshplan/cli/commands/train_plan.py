@@ -89,7 +89,7 @@ def plan_command(
     gpus_per_node: int = opt.GPUS_PER_NODE,
     host_memory_gb: float = opt.HOST_MEMORY, host_link_gb_per_s: float = opt.HOST_LINK,
     nvme_read_gb_per_s: float = opt.NVME_READ, nvme_write_gb_per_s: float = opt.NVME_WRITE,
-    nvme_tb: float = opt.NVME_TB,
+    nvme_tb: float = opt.NVME_TB, memory_headroom: float = opt.MEMORY_HEADROOM,
     seq_len: int = typer.Option(4096, help="Tokens per sequence."),
     global_batch_size: int = typer.Option(None, help="Sequences per step."),
     global_batch_tokens: int = typer.Option(None, help="Tokens per step (alternative to the above)."),
@@ -155,7 +155,8 @@ def plan_command(
     entries, searches, results, clusters = [], [], {}, {}
     host = {k: v for k, v in locals().items() if k in opt.HOST_OPTIONS}
     for n in parse_counts(num_gpus):
-        cluster = clusters[n] = opt.build_cluster(gpu, n, gpus_per_node, None, None, None, **host)
+        cluster = clusters[n] = opt.build_cluster(gpu, n, gpus_per_node, None, None, None,
+                                                  memory_headroom, **host)
         with progress(f"searching {n} GPUs", show_progress(quiet, json_out), thread=False) as update:
             result, ranked, money = search_size(spec, model, cluster, base, pinned, objective, top,
                                                 price_per_gpu_hour, train_tokens, update,
@@ -286,7 +287,9 @@ def blocked(memory) -> str:
     """What kept one too-big plan out: its layout and by how much it misses the tier it
     overflows (GPU memory, or the host's share of DRAM or NVMe for offloaded bytes)."""
     p = memory.plan
-    used, cap, where = memory.peak_bytes, memory.gpu_memory_bytes, f"stage {memory.peak_stage.stage}"
+    used, cap, where = memory.peak_bytes, memory.usable_gpu_memory_bytes, f"stage {memory.peak_stage.stage}"
+    if memory.memory_headroom_bytes and memory.short_of == "GPU memory":
+        where += f", keeping the {memory.memory_headroom_bytes / GIB:g} GiB --memory-headroom free"
     if memory.short_of == "host memory":
         used, cap, where = memory.host_peak_bytes, memory.host_memory_bytes, "host memory per GPU"
     elif memory.short_of == "NVMe":
@@ -423,6 +426,7 @@ def sweep_command(
                                 "extra; --address for a running cluster, else a local Ray)."),
     address: str = typer.Option(None, "--address", help="Ray cluster address, e.g. ray://head:10001 or auto."),
     chunk: int = typer.Option(None, "--chunk", help="Cells per task (default: up to 200, four tasks per worker)."),
+    memory_headroom: float = opt.MEMORY_HEADROOM,
     html: Path = html_option.HTML,
     quiet: bool = QUIET,
 ) -> None:
@@ -444,7 +448,8 @@ def sweep_command(
         done = iter(range(1, total + 1))
         rows = run_sweep(*grid, global_batch_tokens=global_batch_tokens, framework=framework,
                          out=out, workers=workers, progress=lambda: update(next(done), total),
-                         backend=backend, address=address, chunk=chunk)
+                         backend=backend, address=address, chunk=chunk,
+                         memory_headroom_gib=memory_headroom or 0.0)
     ok = sum(r["status"] == "ok" for r in rows)
     console.print(f"{len(rows)} cells ({ok} with a fitting plan) written to {out}", highlight=False)
 

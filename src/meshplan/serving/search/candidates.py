@@ -15,12 +15,13 @@ import math
 
 from dataclasses import dataclass, field
 
-from meshplan.errors import MeshplanError
+from meshplan.errors import ConfigError, MeshplanError
 from meshplan.hardware import Cluster, get_gpu
 from meshplan.model.spec import ModelSpec
 from meshplan.serving.search.bounds import (ReplicaBounds, replica_bounds, replicas_needed,
                                             uncached_input_tokens)
 from meshplan.serving.search.capacity import Capacity, Targets, capacity
+from meshplan.serving.engine.defaults import engine_defaults
 from meshplan.serving.engine.deployment import build_replicas, resolve_pools
 from meshplan.serving.engine.iterations import IterationLog
 from meshplan.serving.engine.placement import fits
@@ -73,6 +74,25 @@ class Space:
     """Also try fp8 weights and KV cache: quantization changes the model's outputs, so it is
     opt-in; without it every plan keeps the model's own precision (NATIVE_DTYPES)."""
     disaggregate: bool = True
+    memory_headroom_bytes: float = 0.0
+    """GPU memory each plan must leave free (--memory-headroom): plans get a
+    gpu_memory_utilization of at most 1 - headroom / HBM, which the export passes on."""
+
+
+def headroom_utilization(space: Space, cluster: Cluster, tp: int, pp: int) -> float | None:
+    """The gpu_memory_utilization that leaves `space.memory_headroom_bytes` free on `cluster`'s
+    GPU, when the engine's default would not (None: the default already does, or no headroom).
+    Only engines whose utilization is a share of the whole GPU (vLLM, SGLang) take it."""
+    if not space.memory_headroom_bytes:
+        return None
+    hbm = cluster.gpu.hbm_bytes
+    d = engine_defaults(space.engine, hbm, tp=tp, pp=pp, gpu_name=cluster.gpu.name)
+    if d.memory_fraction_of != "total":
+        raise ConfigError(f"--memory-headroom with --engine {space.engine}: its memory fraction is a "
+                          f"share of what the weights leave, not of the GPU; use vllm or sglang, or "
+                          f"drop --memory-headroom")
+    cap = 1.0 - space.memory_headroom_bytes / hbm
+    return round(cap, 4) if cap < d.gpu_memory_utilization else None
 
 
 NATIVE_DTYPES = ("bf16", "auto")
@@ -130,7 +150,8 @@ def colocated(model: ModelSpec, cluster: Cluster, unit: Workload, t: Targets, sp
             for weights, kv in _dtypes(cluster, space.quantize):
                 for budget in space.budgets:
                     plan = ServingPlan(engine=space.engine, tp=tp, pp=pp, weights_dtype=weights, kv_cache_dtype=kv,
-                                       max_num_batched_tokens=budget)
+                                       max_num_batched_tokens=budget,
+                                       gpu_memory_utilization=headroom_utilization(space, cluster, tp, pp))
                     cand = _bounded(model, cluster, plan, unit, t, mean_in, mean_out, pruned)
                     if cand is None:
                         continue

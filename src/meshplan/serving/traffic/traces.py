@@ -229,14 +229,60 @@ _PARSERS: dict[str, Callable[..., str]] = {
     "burstgpt": _parse_burstgpt, "azure": _parse_azure, "mooncake": _parse_mooncake}
 
 
-def read_trace(path: str | Path, format: TraceFormat, *, on_error: OnError = "stop", time_scale: float = 1.0,
+FORMAT_HELP = {
+    "burstgpt": f"CSV with columns {', '.join(BURSTGPT_COLUMNS)}",
+    "azure": f"CSV with columns {', '.join(AZURE_COLUMNS)}",
+    "mooncake": f"JSON lines with keys {', '.join(MOONCAKE_KEYS)}",
+}
+"""What each trace format looks like, for the error of a file whose format cannot be told."""
+
+
+def detect_trace_format(path: str | Path) -> TraceFormat:
+    """The format of a trace file from its first line: a JSON object with Mooncake's keys, or a
+    CSV header holding BurstGPT's or Azure's columns (the extension alone does not decide: both
+    CSV formats end in .csv). A file that matches none is one error listing the formats."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"trace file {str(path)!r} does not exist or is not a file")
+    try:
+        with _open(path) as handle:
+            first = handle.readline(64 * 1024).strip()
+    except (OSError, UnicodeDecodeError, EOFError, gzip.BadGzipFile) as exc:
+        raise ConfigError(f"cannot read trace file {str(path)!r}: {exc}") from None
+    found = _format_of_line(first)
+    if found is None:
+        formats = "; ".join(f"{name} ({text})" for name, text in FORMAT_HELP.items())
+        raise ConfigError(f"trace file {str(path)!r}: cannot tell its format from its first line "
+                          f"{first[:80]!r}; give --trace-format, one of: {formats}")
+    return found
+
+
+def _format_of_line(first: str) -> TraceFormat | None:
+    """The format a trace's first line shows (None: none of them)."""
+    if first.startswith("{"):
+        try:
+            obj = loads(first)
+        except (ValueError, RecursionError):
+            return None
+        return "mooncake" if isinstance(obj, dict) and all(k in obj for k in MOONCAKE_KEYS) else None
+    header = {name.strip() for name in next(csv.reader([first]), [])}
+    if header.issuperset(BURSTGPT_COLUMNS):
+        return "burstgpt"
+    if header.issuperset(AZURE_COLUMNS):
+        return "azure"
+    return None
+
+
+def read_trace(path: str | Path, format: TraceFormat | None = None, *, on_error: OnError = "stop", time_scale: float = 1.0,
                max_requests: int | None = None, start_s: float = 0.0,
                duration_s: float | None = None, model: str | None = None) -> Workload:
     """A Workload replaying a trace file; see `from_trace` for the time window and scaling.
 
     format: burstgpt (CSV), azure (CSV, 2023/2024 releases) or mooncake (JSONL, 512-token
-    hash blocks). model filters BurstGPT rows by their Model column (e.g. ChatGPT, GPT-4).
+    hash blocks); None detects it from the file's first line (`detect_trace_format`). model filters BurstGPT rows by their Model column (e.g. ChatGPT, GPT-4).
     """
+    if format is None:
+        format = detect_trace_format(path)
     if format not in _PARSERS:
         raise ConfigError(f"unknown trace format {format!r}; valid: {', '.join(_PARSERS)}")
     if on_error not in ("stop", "skip"):

@@ -28,6 +28,7 @@ def memory_dict(estimate: MemoryEstimate) -> dict[str, Any]:
         "peak_stage": peak.stage,
         "gpu_memory_bytes": estimate.gpu_memory_bytes,
         "headroom_bytes": estimate.gpu_memory_bytes - peak.total_bytes,
+        "memory_headroom_bytes": estimate.memory_headroom_bytes,
         "short_of": estimate.short_of,
         "host_peak_bytes": estimate.host_peak_bytes,
         "host_memory_bytes": estimate.host_memory_bytes,

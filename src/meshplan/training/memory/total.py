@@ -73,15 +73,19 @@ class StageMemory:
 
     @property
     def other_bytes(self) -> float:
-        """Logits and loss, communication buffers, workspaces, fragmentation and CUDA context."""
-        return (self.logits_bytes + self.buffers_bytes + self.workspace_bytes
-                + self.fragmentation_bytes + self.cuda_context_bytes)
+        """Communication buffers, workspaces, fragmentation and CUDA context: with weights,
+        gradients, master weights, optimizer states, activations and logits it adds up to
+        total_bytes (it held the logits too, which the table and JSON also list apart)."""
+        return (self.buffers_bytes + self.workspace_bytes + self.fragmentation_bytes
+                + self.cuda_context_bytes)
 
     @property
     def total_bytes(self) -> float:
-        """Everything on the GPU at the stage's peak."""
+        """Everything on the GPU at the stage's peak: the sum of the parts above."""
+        rest = (self.logits_bytes + self.buffers_bytes + self.workspace_bytes
+                + self.fragmentation_bytes + self.cuda_context_bytes)  # summed as it always was
         return (self.weights_bytes + self.gradients_bytes + self.master_weights_bytes
-                + self.optimizer_bytes + self.activations_bytes + self.other_bytes)
+                + self.optimizer_bytes + self.activations_bytes + rest)
 
     @property
     def allocator_bytes(self) -> float:
@@ -360,6 +364,13 @@ class MemoryEstimate:
     """Host DRAM one GPU's offload may use: the node's, shared by the job's GPUs on it."""
     nvme_capacity_bytes: float = float("inf")
     """NVMe one GPU's offload may use: the node's drives, shared likewise."""
+    memory_headroom_bytes: float = 0.0
+    """GPU memory the plan must leave free (`Cluster.memory_headroom_bytes`)."""
+
+    @property
+    def usable_gpu_memory_bytes(self) -> float:
+        """What the peak stage may use: the GPU's memory less the headroom asked for."""
+        return self.gpu_memory_bytes - self.memory_headroom_bytes
 
     @property
     def peak_stage(self) -> StageMemory:
@@ -384,7 +395,7 @@ class MemoryEstimate:
     @property
     def short_of(self) -> str | None:
         """The first tier a stage overflows: "GPU memory", "host memory" or "NVMe"; None fits."""
-        if self.peak_bytes > self.gpu_memory_bytes:
+        if self.peak_bytes > self.usable_gpu_memory_bytes:
             return "GPU memory"
         if self.host_peak_bytes > self.host_memory_bytes:
             return "host memory"
@@ -421,7 +432,7 @@ def fits_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> bool:
     none) already overflows cannot fit with them; and a stage with the signature of one that fit
     and no more chunks in flight by the closed form (without activation offload) holds the same
     states with no more activations, so it fits too and is not assembled."""
-    capacity = float(cluster.gpu.hbm_bytes)
+    capacity = cluster.usable_gpu_memory_bytes
     host, nvme = host_capacity(cluster)
     order = (0, plan.pp - 1, *range(1, plan.pp - 1)) if plan.pp > 1 else (0,)
     signatures = stage_signatures(model, plan)
@@ -466,4 +477,5 @@ def estimate_memory(model: ModelSpec, cluster: Cluster, plan: ResolvedPlan) -> M
         activation_bytes_per_layer=act.layer_activation_bytes(first, model, plan),
         trainable_params=finetune.trainable_params(model, plan),
         host_memory_bytes=host, nvme_capacity_bytes=nvme,
+        memory_headroom_bytes=cluster.memory_headroom_bytes,
     )

@@ -21,8 +21,10 @@ reasons joined by '; ' (empty inside the calibrated regimes); the last three: th
 goodput at the cited defaults (meshplan.goodput: failures, checkpoints, restarts, stragglers)."""
 
 
-def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framework: str) -> dict:
-    """Search one grid cell; runs in a worker process, so it takes and returns plain data."""
+def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framework: str,
+               memory_headroom_gib: float = 0.0) -> dict:
+    """Search one grid cell (plans leaving `memory_headroom_gib` of GPU memory free); runs in a
+    worker process, so it takes and returns plain data."""
     from meshplan import Cluster, load_model
     from meshplan.bands.training import estimate_bands
     from meshplan.errors import MeshplanError
@@ -37,7 +39,7 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
         base = TrainingPlan(seq_len=seq, global_batch_size=max(1, global_batch_tokens // seq),
                             framework=framework)
         # one process per cell: the sweep already runs cells in parallel
-        cluster = Cluster.build(gpu, gpus)
+        cluster = Cluster.build(gpu, gpus, memory_headroom_gib=memory_headroom_gib)
         result = search(model, cluster, base, {}, top=1, workers=1)
     except MeshplanError as exc:
         return {**row, "status": f"error: {exc}"}
@@ -64,7 +66,8 @@ def sweep_cell(cell: tuple[str, str, int, int], global_batch_tokens: int, framew
 def run_sweep(models: Iterable[str], gpus: Iterable[str], sizes: Iterable[int],
               seq_lens: Iterable[int], *, global_batch_tokens: int, framework: str, out: Path,
               workers: int, progress: Callable[[], None] | None = None, backend: str = "local",
-              address: str | None = None, chunk: int | None = None) -> list[dict]:
+              address: str | None = None, chunk: int | None = None,
+              memory_headroom_gib: float = 0.0) -> list[dict]:
     """Search every cell and write the rows to `out` (CSV): each row is appended to `out`.partial
     as its task finishes (a crash keeps every finished row there), then `out` is written in grid
     order, atomically (meshplan.outfiles).
@@ -88,7 +91,8 @@ def run_sweep(models: Iterable[str], gpus: Iterable[str], sizes: Iterable[int],
                     progress()
 
         site = active_site()
-        run_tasks(sweep_chunk, [(t, global_batch_tokens, framework, site) for t in tasks], take,
+        run_tasks(sweep_chunk, [(t, global_batch_tokens, framework, site, memory_headroom_gib)
+                                for t in tasks], take,
                   lambda task, exc: take(_failed(task[0], repr(exc))), backend=backend,
                   workers=workers, address=address)
     rows.sort(key=lambda r: (r["model"], r["gpu"], r["num_gpus"], r["seq_len"]))
@@ -104,12 +108,13 @@ CHUNK_MAX = 200
 """Most cells one task searches (a few hundred searches per Ray task amortise its overhead)."""
 
 
-def sweep_chunk(cells: list, global_batch_tokens: int, framework: str, site=None) -> list[dict]:
+def sweep_chunk(cells: list, global_batch_tokens: int, framework: str, site=None,
+                memory_headroom_gib: float = 0.0) -> list[dict]:
     """Search a list of cells (one task), under the site profile the sweep was started with."""
     from meshplan.calibration.site import use_site
 
     use_site(site)
-    return [sweep_cell(c, global_batch_tokens, framework) for c in cells]
+    return [sweep_cell(c, global_batch_tokens, framework, memory_headroom_gib) for c in cells]
 
 
 def _failed(cells: list, why: str) -> list[dict]:
