@@ -35,7 +35,7 @@ PLANS = {
         tp=2, pp=2, ep=8, etp=1, micro_batch_size=1, global_batch_size=128, seq_len=4096,
         recompute="selective")),
     "mixtral_tt_ep": ("mixtral-8x7b", 32, dict(
-        tp=2, ep=8, dp_sharding="full", micro_batch_size=1, global_batch_size=64, seq_len=4096,
+        tp=2, ep=8, etp=1, dp_sharding="full", micro_batch_size=1, global_batch_size=64, seq_len=4096,
         recompute="full", framework="torchtitan")),
     "llama70b_tt_3d": ("llama-3.1-70b", 64, dict(
         tp=8, pp=4, vpp=2, micro_batch_size=1, global_batch_size=64, seq_len=8192,
@@ -153,8 +153,8 @@ UNEXPRESSIBLE = [
     ("megatron", "llama8b_fsdp", dict(dp_shard_size=8)),
     ("torchtitan", "llama8b_fsdp", dict(precision="fp16")),
     ("torchtitan", "llama8b_fsdp", dict(dp_sharding="optimizer")),
-    ("torchtitan", "llama70b_tt_3d", dict(dp_sharding="none")),
-    ("torchtitan", "mixtral_tt_ep", dict(etp=1)),
+    ("torchtitan", "mixtral_tt_ep", dict(dp_shard_size=2)),  # ep 8 > dp_shard x cp x tp = 4
+    ("torchtitan", "mixtral_tt_ep", dict(etp=2)),  # 0.3 shards routed experts over EP only
     ("deepspeed", "llama70b_3d", {}),
     ("deepspeed", "mixtral_ep", dict(tp=1, pp=1, etp=None)),
     ("deepspeed", "llama8b_fsdp", dict(precision="fp8")),

@@ -27,7 +27,8 @@ CASES = [("llama70b_tt_3d", {}), ("llama8b_fsdp", {}), ("mixtral_tt_ep", {}),
          ("llama8b_fsdp", dict(precision="fp8", tp=2, tp_comm_overlap=True)),
          ("llama8b_fsdp", dict(dp_sharding="gradients", offload_optimizer=True, recompute="selective")),
          ("llama70b_tt_3d", dict(vpp=None, schedule="gpipe", pipeline_split=(18, 22, 22, 18))),
-         ("llama405b", dict(recompute="none"))]
+         ("llama405b", dict(recompute="none")),
+         ("llama70b_tt_3d", dict(dp_sharding="none"))]  # replicated: HSDP with shard degree 1
 ENV = {"HF_ASSETS_PATH": "./assets/hf/model", "DATASET": "c4", "NODE_RANK": "0",
        "MASTER_ADDR": "node0", "TRAIN_STEPS": "300",
        # mixtral has no torchtitan config function: parse its flags against an MoE one that has
