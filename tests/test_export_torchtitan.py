@@ -36,12 +36,22 @@ ENV = {"HF_ASSETS_PATH": "./assets/hf/model", "DATASET": "c4", "NODE_RANK": "0",
 AC_CLASSES = {"none": "NoneType", "selective": "SelectiveAC", "full": "FullAC"}
 
 
+MORE = {"llama405b": ("llama-3.1-405b", 128, dict(tp=8, pp=8, micro_batch_size=1, global_batch_size=64,
+                                                  seq_len=8192, recompute="full")),
+        "qwen3_moe_ep": ("qwen3-30b-a3b", 16, dict(tp=2, ep=8, etp=1, micro_batch_size=1,
+                                                   global_batch_size=64, seq_len=4096, recompute="full")),
+        "gpt_oss_pp": ("gpt-oss-20b", 16, dict(pp=2, micro_batch_size=1, global_batch_size=64,
+                                               seq_len=4096, recompute="selective"))}
+"""Plans of models tests.test_export has none of (torchtitan 0.3 config functions of other families)."""
+CASES += [("qwen3_moe_ep", {}), ("gpt_oss_pp", {})]
+
+
 def plan_of(name: str, overrides: dict):
-    if name == "llama405b":
-        model, cluster = load_model("llama-3.1-405b"), Cluster.build("h100-sxm-80gb", 128)
-        fields = dict(tp=8, pp=8, micro_batch_size=1, global_batch_size=64, seq_len=8192,
-                      recompute="full", framework="torchtitan")
-        return model, cluster, resolve_plan(TrainingPlan(**(fields | overrides)), model, cluster)
+    if name in MORE:
+        model_name, gpus, fields = MORE[name]
+        model, cluster = load_model(model_name), Cluster.build("h100-sxm-80gb", gpus)
+        plan = TrainingPlan(**(fields | {"framework": "torchtitan"} | overrides))
+        return model, cluster, resolve_plan(plan, model, cluster)
     return build(name, framework="torchtitan", **overrides)
 
 
