@@ -143,12 +143,15 @@ def train_plan(body: dict, progress: Progress | None = None) -> dict:
     entries.sort(key=lambda e: e["score"])
 
     def page():
+        from meshplan.report.figures_plan import plan_bands
         from meshplan.report.pages_training import plan_page
 
         sizes = ", ".join(str(n) for n in results)
+        by_size = {c.num_gpus: c for c in clusters}
         return plan_page(results, f"{spec.name} on {sizes} x {clusters[0].gpu.name}: plan search",
                          "meshplan train plan", inputs(body), r.price_per_gpu_hour,
-                         winner_goodput(spec, results, {c.num_gpus: c for c in clusters}, r.train_tokens, failures))
+                         winner_goodput(spec, results, by_size, r.train_tokens, failures),
+                         bands=plan_bands(spec, by_size, results))
 
     return {"plans": entries, "score_unit": OBJECTIVE_UNITS[r.objective],
             "search": searches[0] if len(searches) == 1 else searches, "why": why_text(results),
