@@ -31,7 +31,15 @@ def train_memory(body: dict, plots: bool = False) -> dict:
     from meshplan.cli.commands.train_plan import blocked
 
     page_only = {"report": report_json(page), "why": "" if est.fits else f"Does not fit: {blocked(est)}"}
-    return {**memory_dict(est), **memory_bands(spec, cluster, est), **(page_only if plots else {})}
+    return {**memory_dict(est), "would_fit_with": _hints(spec, cluster, plan, est),
+            **memory_bands(spec, cluster, est), **(page_only if plots else {})}
+
+
+def _hints(spec, cluster, plan, memory) -> list[dict]:
+    """The CLI's "would fit with ..." flags (`would_fit_with` in its --json)."""
+    from meshplan.cli.commands.train import fit_hints
+
+    return [h.to_dict() for h in fit_hints(spec, cluster, plan, memory)]
 
 
 def train_estimate(body: dict, plots: bool = False) -> dict:
@@ -50,6 +58,7 @@ def train_estimate(body: dict, plots: bool = False) -> dict:
     good = goodput(spec, cluster, est.plan, est.step_time_s, req.train_tokens, resilience(req.goodput))
     bands = {**estimate_bands(spec, cluster, est).to_dict(),
              **goodput_json(good, cluster.num_gpus, req.price_per_gpu_hour)}
+    bands = {"would_fit_with": _hints(spec, cluster, plan, est.memory), **bands}
     if not plots:
         return {**estimate_dict(est), **bands}
     from dataclasses import replace
