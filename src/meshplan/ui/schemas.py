@@ -184,7 +184,8 @@ class SimulateRequest(SLOFields):
     gpu: Name
     """GPU catalog name, e.g. h100-sxm-80gb."""
     num_gpus: int | None = Field(None, ge=1)
-    """GPUs available (default: what the plan uses)."""
+    """GPUs to serve on; with no tp, pp, ep, dp or replicas, meshplan chooses the layout for them
+    (shown in `layout` and `notes`, as `serve simulate --num-gpus`). Default: what the plan uses."""
     gpus_per_node: int | None = Field(None, ge=1)
     """GPUs per node (default: the GPU's usual server)."""
     plan: ServingPlan = ServingPlan()
