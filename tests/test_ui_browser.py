@@ -318,13 +318,18 @@ def test_a_simulation_given_only_gpus_shows_the_chosen_layout_and_its_note(serve
     page.goto(f"{server}/serve/simulate")
     page.wait_for_selector("body[data-ready='1']")
     assert page.get_attribute("[name='plan.tp']", "placeholder") == "chosen for the GPUs"
-    page.goto(f"{server}/serve/simulate?model=llama-3.2-1b&gpu=h100-sxm-80gb&num_gpus=2&workload.num_requests=30&run=1")
+    assert labels(page)["num_gpus"] == ["GPUs", "GPUs to serve on; with tp, pp, ep, dp and replicas left empty, "
+                                                "meshplan chooses the layout for them"]
+    page.goto(f"{server}/serve/simulate?model=llama-3.2-1b&gpu=h100-sxm-80gb&num_gpus=2&workload.num_requests=30"
+              "&slo_ttft_ms=500&run=1")
     page.wait_for_selector("#notes", timeout=60_000)
     assert re.search(r"no layout given for 2 GPUs: chose tp=1 pp=1 x 2 replicas", page.inner_text("#notes"))
     layout = key_table(page, "h3:text-is('Layout') + table")
     assert (layout["TP"], layout["PP"], layout["replicas"], layout["chosen"]) == ("1", "1", "2", "yes"), layout
     head, ttft = key_table(page, "#table-headline"), key_table(page, "h3:text-is('TTFT') + table")
     assert head["TTFT p50 / p90"] == f"{ttft['p50']} / {ttft['p90']}" and ttft["p50"].endswith(" ms"), (head, ttft)
+    slo = key_table(page, "h3:text-is('SLO') + table")
+    assert head["SLO attainment"] == slo["attainment"] and re.fullmatch(r"[\d.]+%", slo["attainment"]), (head, slo)
 
 
 def test_validation_reads_metrics_by_name_and_shows_each_records_notes(server, page, tmp_path):

@@ -49,8 +49,9 @@ def test_key_value_text_carries_its_unit():
                " F.valueText({p50: 13.81, p90: 19.5}, 'p50', 'ttft_ms'),"
                " F.valueText({usd_per_million_tokens: 1.234}, 'usd_per_million_tokens', null),"
                " F.valueText({n: 2, median_abs_rel_error: 0.0607}, 'n', 'step_time_s'),"
-               " F.valueText({fits: false}, 'fits', null)]")
-    assert cases == ["79.6 GiB", "99.4%", "241 ms", "13.8 ms", "$1.23", "2", "no"]
+               " F.valueText({fits: false}, 'fits', null),"
+               " F.valueText({attainment: 0.075, met: false}, 'attainment', 'slo')]")
+    assert cases == ["79.6 GiB", "99.4%", "241 ms", "13.8 ms", "$1.23", "2", "no", "7.50%"]
 
 
 def test_labels_come_from_the_field_names():
@@ -108,7 +109,11 @@ def test_a_fields_help_is_the_first_sentence_of_its_docstring():
     cases = ["GPUs per node (default: the GPU's usual server).",
              "Tokens per KV-cache block (page); None: engine default (vLLM 16, SGLang 1, TRT-LLM 32).",
              "Allow options no modeled engine ships (int4/int2 KV cache): a what-if of the cost model. Without "
-             "it a plan is refused as the engine would refuse it.", None]
+             "it a plan is refused as the engine would refuse it.",
+             "Random seed of the `serve simulate` workload.",
+             "What is trained: full (every weight), lora (low-rank adapters on a frozen 16-bit base) or qlora "
+             "(adapters on a frozen NF4 4-bit base with double quantization, bitsandbytes).", None]
     assert js(f"{json.dumps(cases)}.map(F.help)") == [
         "GPUs per node (default: the GPU's usual server)", "Tokens per KV-cache block (page)",
-        "Allow options no modeled engine ships (int4/int2 KV cache): a what-if of the cost model", ""]
+        "Allow options no modeled engine ships (int4/int2 KV cache): a what-if of the cost model",
+        "Random seed of the serve simulate workload", "What is trained", ""]

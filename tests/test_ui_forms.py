@@ -94,6 +94,10 @@ def test_a_simulation_given_only_gpus_gets_the_cli_layout_and_its_note(client):
     assert web["deployment"] == data["deployment"] and web["deployment"][0]["replicas"] == 4
     stated = wait(client, client.post("/api/serve/simulate", json={**body, "plan": {"tp": 2}}).json())["result"]
     assert "layout" not in stated and "notes" not in stated and stated["deployment"][0]["replicas"] == 1
+    nightly = {**body, "num_gpus": None, "plan": {"engine_version": "nightly"}}
+    read = wait(client, client.post("/api/serve/simulate", json=nightly).json())["result"]
+    assert "layout" not in read and len(read["notes"]) == 1
+    assert read["notes"][0].startswith("engine version 'nightly' names no release: using the latest documented")
 
 
 def test_the_framework_the_cli_picks_for_a_method_is_a_note_on_the_page(client):

@@ -204,7 +204,7 @@ def test_every_headline_row_a_page_formats_is_in_the_report_and_its_value_in_the
     pages = {p.path: p for p in PAGES}
     search = {"model": "llama-3.2-1b", "gpu": H100, "num_gpus": 8, "global_batch_size": 64, "top": 1,
               "train_tokens": 1e10}
-    simulate = {"model": "llama-3.2-1b", "gpu": H100, "workload": {"num_requests": 30}}
+    simulate = {"model": "llama-3.2-1b", "gpu": H100, "slo_ttft_ms": 50, "workload": {"num_requests": 30}}
     answers = {"train/memory": client.post("/api/train/memory?plots=true", json=SMALL).json(),
                "train/estimate": client.post("/api/train/estimate?plots=true",
                                              json={**SMALL, "train_tokens": 1e10}).json(),

@@ -65,7 +65,7 @@ SIMULATE_HEADLINE = (("requests completed", "metrics.completed"), ("requests/s",
                      ("TTFT p50 / p90", "metrics.ttft_ms.p50 / metrics.ttft_ms.p90"),
                      ("TPOT p50 / p90", "metrics.tpot_ms.p50 / metrics.tpot_ms.p90"),
                      ("E2E p50 / p90", "metrics.e2e_ms.p50 / metrics.e2e_ms.p90"),
-                     ("mean KV-cache used", "metrics.mean_kv_utilization"))
+                     ("mean KV-cache used", "metrics.mean_kv_utilization"), ("SLO attainment", "slo.attainment"))
 SERVE_PLAN_HEADLINE = (("target rate", "request_rate"), ("winner capacity", "plans.0.capacity_requests_per_s"))
 VALIDATE_HEADLINE = (("all", "summary"), ("by metric", "summary.by_metric.*"))
 

@@ -184,8 +184,9 @@ class SimulateRequest(SLOFields):
     gpu: Name
     """GPU catalog name, e.g. h100-sxm-80gb."""
     num_gpus: int | None = Field(None, ge=1)
-    """GPUs to serve on; with no tp, pp, ep, dp or replicas, meshplan chooses the layout for them
-    (shown in `layout` and `notes`, as `serve simulate --num-gpus`). Default: what the plan uses."""
+    """GPUs to serve on; with tp, pp, ep, dp and replicas left empty, meshplan chooses the layout
+    for them. As with `serve simulate --num-gpus`, the choice is in the answer's `layout` and
+    `notes`. Default: what the plan uses."""
     gpus_per_node: int | None = Field(None, ge=1)
     """GPUs per node (default: the GPU's usual server)."""
     plan: ServingPlan = ServingPlan()

@@ -16,7 +16,7 @@ const UNITS = [  // [pattern on a field name, kind]; the first match wins
   [/_ms($|_)/, "ms"],
   [/tokens_per_s/, "tokens/s"],
   [/requests_per_s|^goodput_per_gpu$|^request_rate$/, "req/s"],
-  [/^(mfu|hfu)$|_ratio$|_fraction$|utilization|hit_rate$/, "%"],
+  [/^(mfu|hfu|attainment)$|_ratio$|_fraction$|utilization|hit_rate$/, "%"],
   [/(^|_)usd($|_)|^cost_per/, "USD"],
   [/_days$|^days_/, "days"],
   [/gpu_hours/, "GPU-hours"],
@@ -169,10 +169,16 @@ function statsText(s) {
 }
 
 // A form field's short help: the first sentence of its description (the field's docstring),
-// without the "; None: ..." of what an empty field means (the whole text is the input's tooltip).
+// without the "; None: ..." of what an empty field means or the docstring's code quotes, and a
+// sentence over HELP_CHARS only up to its first "; " or ": " (the list of choices after it is in
+// the picker). The whole description is the input's tooltip.
+const HELP_CHARS = 120;
+
 function help(description) {
   const first = (description || "").replace(/\s+/g, " ").trim().split(/(?<=[a-z0-9)])\. (?=[A-Z])/)[0];
-  return first.split("; None:")[0].replace(/\.$/, "");
+  let text = first.split("; None:")[0].replace(/\.$/, "").replace(/`/g, "");
+  if (text.length > HELP_CHARS) text = text.split(/; |: /)[0];
+  return text;
 }
 
 window.meshplanFormat = {help, pathText, label, title, valueText, column, bandOf, merged, HIDDEN, scale, unitOf, withUnit, num};
