@@ -184,7 +184,9 @@ class SimulateRequest(SLOFields):
     gpu: Name
     """GPU catalog name, e.g. h100-sxm-80gb."""
     num_gpus: int | None = Field(None, ge=1)
-    """GPUs available (default: what the plan uses)."""
+    """GPUs to serve on; with tp, pp, ep, dp and replicas left empty, meshplan chooses the layout
+    for them. As with `serve simulate --num-gpus`, the choice is in the answer's `layout` and
+    `notes`. Default: what the plan uses."""
     gpus_per_node: int | None = Field(None, ge=1)
     """GPUs per node (default: the GPU's usual server)."""
     plan: ServingPlan = ServingPlan()

@@ -229,8 +229,7 @@ def simulate_cmd(
     slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile = _entry_slo(
         entry, slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
     slo = _slo(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
-    open_layout = num_gpus is not None and entry is None and plan.disaggregated is None and all(
-        v is None for v in (tp, pp, ep, dp, replicas))
+    open_layout = entry is None and layout_open(num_gpus, plan, [tp, pp, ep, dp, replicas])
     plan, chosen = _chosen(spec_model, cluster, plan, workload, open_layout)
     result = _run(spec_model, cluster, plan, workload, slo,
                   shown=show_progress(quiet, json_out) and len(workload.requests) >= 5000)
@@ -252,18 +251,29 @@ def simulate_cmd(
     finish(verdict is None or verdict["met"])
 
 
-def _chosen(model, cluster, plan: ServingPlan, workload: Workload, open_layout: bool) -> tuple[ServingPlan, dict]:
-    """The plan to simulate and what meshplan chose for it (JSON fields `layout`, `notes`),
-    each choice also a `note:` line on stderr: the layout when only a GPU count was given, the
-    engine release when --engine-version names none."""
+def layout_open(num_gpus: int | None, plan: ServingPlan, layout_given: list) -> bool:
+    """Whether meshplan chooses the layout: a GPU count is given, and neither a layout (the
+    tp/pp/ep/dp/replicas given, None where not) nor disaggregated pools."""
+    return num_gpus is not None and plan.disaggregated is None and all(v is None for v in layout_given)
+
+
+def choices(model, cluster, plan: ServingPlan, workload: Workload, open_layout: bool) -> tuple[ServingPlan, dict]:
+    """The plan to simulate and what meshplan chose for it (JSON fields `layout`, `notes`): the
+    layout when only a GPU count was given, the engine release when the version names none."""
     notes, extra = [n for n in (version_note(plan.engine, plan.engine_version),) if n], {}
     if open_layout:
         plan, note = choose_layout(model, cluster, plan, workload)
         notes.append(note)
         extra["layout"] = {"tp": plan.tp, "pp": plan.pp, "replicas": plan.replicas, "chosen": True, "rule": LAYOUT_RULE}
-    for note in notes:
-        err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
     return plan, {**extra, **({"notes": notes} if notes else {})}
+
+
+def _chosen(model, cluster, plan: ServingPlan, workload: Workload, open_layout: bool) -> tuple[ServingPlan, dict]:
+    """`choices`, each of its notes also a `note:` line on stderr."""
+    plan, chosen = choices(model, cluster, plan, workload, open_layout)
+    for note in chosen.get("notes", ()):
+        err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
+    return plan, chosen
 
 
 def _flag_workload(flags: dict, trace_format, on_error, time_scale, lora_popularity,
