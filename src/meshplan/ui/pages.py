@@ -54,7 +54,7 @@ def goodput_headline(at: str = "") -> tuple[tuple[str, str], ...]:
 
 
 ESTIMATE_HEADLINE = (("step time", "step_time_s"), ("tokens/s per GPU", "tokens_per_s_per_gpu"),
-                     ("MFU / HFU", "mfu / hfu"), ("pipeline bubble (mean over stages)", "bubble_fraction"),
+                     ("MFU / HFU", "mfu / hfu"), ("pipeline bubble (busiest stage idle, share of step)", "bubble_fraction"),
                      ("peak memory per GPU", "peak_bytes"), ("GPU memory", "memory.gpu_memory_bytes"),
                      ("headroom", "memory.headroom_bytes"), *goodput_headline())
 PLAN_HEADLINE = (("winner tokens/s per GPU", "plans.0.tokens_per_s_per_gpu"), ("winner step time", "plans.0.step_time_s"),
