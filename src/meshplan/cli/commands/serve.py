@@ -99,6 +99,16 @@ def unit_workload(trace, trace_format, on_error, seed, rate, **spec):
     return build_workload(None, None, on_error, 1.0, seed, arrival=arrival, request_rate=1.0, **spec), rate
 
 
+def lengths_flags(dataset: str | None, lengths_file: Path | None, default: str = "random") -> dict:
+    """--dataset and --lengths-file as WorkloadSpec fields: a lengths file alone picks `file`
+    (.csv, .jsonl) or `histogram` (.yaml)."""
+    if lengths_file is None:
+        return {"dataset": dataset or default}
+    if dataset is None:
+        dataset = "histogram" if lengths_file.suffix.lower() in (".yaml", ".yml") else "file"
+    return {"dataset": dataset, "lengths_file": str(lengths_file)}
+
+
 def _arrival(offline: bool, request_rate: float | None, concurrency: int | None, burstiness: float | None) -> str:
     chosen = [name for name, on in (("--offline", offline), ("--request-rate", request_rate is not None),
                                     ("--concurrency", concurrency is not None)) if on]
@@ -162,7 +172,12 @@ def simulate_cmd(
     decode_tp: int = typer.Option(None, help="Disaggregated: TP of each decode instance."),
     pool: str = typer.Option("both", help="both, or one pool of a disaggregated deployment alone: prefill "
                              "(requests end with their first token) or decode (prompts' KV already present)."),
-    dataset: str = typer.Option(None, help="Lengths: fixed, random, sharegpt, normal, lognormal (default random)."),
+    dataset: str = typer.Option(None, help="Lengths: fixed, random (default), normal, lognormal; a public dataset's "
+                                "packaged table: sharegpt, openorca, cnn_dailymail, longbench; file or histogram "
+                                "(from --lengths-file)."),
+    lengths_file: Path = typer.Option(None, "--lengths-file", help="Your own lengths: a CSV/JSONL file of (prompt, "
+                                      "output) token counts, resampled, or a YAML histogram {input: {edges, counts}, "
+                                      "output: {edges, counts}}; implies --dataset file or histogram."),
     input_len: int = typer.Option(None, help="Prompt tokens (fixed value, random centre, or mean)."),
     output_len: int = typer.Option(None, help="Output tokens (fixed value, random centre, or mean)."),
     range_ratio: float = typer.Option(None, help="random: lengths uniform in [L(1-r), L(1+r)]."),
@@ -207,7 +222,7 @@ def simulate_cmd(
     flags = dict(trace=trace, request_rate=request_rate, burstiness=burstiness, concurrency=concurrency,
                  num_requests=num_requests, dataset=dataset, input_len=input_len, output_len=output_len,
                  range_ratio=range_ratio, shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes,
-                 turns=turns, seed=seed, offline=offline or None)
+                 turns=turns, seed=seed, offline=offline or None, lengths_file=lengths_file)
     entry = None
     if plan_file is not None:
         entry, plan = _from_plan_file(plan_file, plan_index, plan)
@@ -253,7 +268,7 @@ def _flag_workload(flags: dict, trace_format, on_error, time_scale, lora_popular
         f["trace"], trace_format, on_error, time_scale, 0 if f["seed"] is None else f["seed"],
         arrival=_arrival(bool(f["offline"]), f["request_rate"], f["concurrency"], f["burstiness"]),
         request_rate=f["request_rate"], burstiness=f["burstiness"], concurrency=f["concurrency"],
-        num_requests=f["num_requests"], dataset=f["dataset"] or "random", input_len=f["input_len"],
+        num_requests=f["num_requests"], **lengths_flags(f["dataset"], f["lengths_file"]), input_len=f["input_len"],
         output_len=f["output_len"], range_ratio=f["range_ratio"],
         shared_prefix_len=f["shared_prefix_len"], num_prefixes=f["num_prefixes"], turns=f["turns"],
         lora_popularity=lora_popularity, lora_zipf_exponent=lora_zipf_exponent)
