@@ -196,3 +196,16 @@ def test_serve_simulate_and_plan_take_a_lengths_file(tmp_path):
     assert out.exit_code in (0, 1), out.output
     workload = json.loads(out.stdout)["workload"]
     assert workload["dataset"] == "file" and workload["lengths_file"] == str(path)
+
+
+def test_the_web_api_never_reads_a_lengths_file_on_the_server():
+    from pydantic import ValidationError
+
+    from meshplan.ui.schemas import SimulateRequest
+
+    with pytest.raises(ValidationError, match="lengths_file would read a file on the server"):
+        SimulateRequest(model="llama-3.1-8b", gpu="h100-sxm-80gb",
+                        workload={"dataset": "file", "lengths_file": "/etc/passwd"})
+    ok = SimulateRequest(model="llama-3.1-8b", gpu="h100-sxm-80gb",
+                         workload={"dataset": "histogram", "histogram": HIST, "num_requests": 5})
+    assert ok.workload.histogram.input.edges[0] == 100
