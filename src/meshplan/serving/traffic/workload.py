@@ -33,6 +33,10 @@ LoraPopularity = Literal["uniform", "zipf"]
 MAX_REQUESTS = 1_000_000
 """Most requests one workload may hold: a simulation costs ~50 us per request (a million take
 about a minute), so larger counts would look like a hang; sample a trace window instead."""
+MAX_STREAM_REQUESTS = 100_000_000
+"""Most requests of a streamed workload (meshplan.serving.traffic.stream), generated a chunk at a
+time and folded into sketches as they finish: 10^7 (a busy day) take about as long per request as
+a million do."""
 MAX_TOKENS = 2**22
 """Longest prompt, output or shared prefix (4,194,304 tokens), above every model's context."""
 MAX_TURNS = 1000
@@ -56,8 +60,9 @@ class WorkloadSpec(BaseModel):
     """Gamma shape of inter-arrival times (vLLM --burstiness): < 1 burstier, 1 = Poisson."""
     concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
     """Clients of the closed loop (arrival=concurrency), like vLLM --max-concurrency."""
-    num_requests: int = Field(1000, ge=1, le=MAX_REQUESTS)
-    """Requests in the workload (all turns of all sessions)."""
+    num_requests: int = Field(1000, ge=1, le=MAX_STREAM_REQUESTS)
+    """Requests in the workload (all turns of all sessions); above MAX_REQUESTS only streamed
+    (`stream_workload`)."""
     dataset: Dataset = "random"
     """Length distribution: fixed, random (vLLM's uniform range), normal, lognormal; a named
     public dataset's packaged table (sharegpt, openorca, cnn_dailymail, longbench:
@@ -266,6 +271,10 @@ def _session_starts(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> np.
 
 def synthesize(spec: WorkloadSpec, seed: int = 0) -> Workload:
     """Draw the requests of `spec`; the same seed gives the same workload."""
+    if spec.num_requests > MAX_REQUESTS:
+        raise ConfigError(f"num_requests = {spec.num_requests:,} is over {MAX_REQUESTS:,}, the most a workload "
+                          f"holds in memory; stream it (meshplan.serving.traffic.stream.stream_workload, "
+                          f"or serve simulate, which streams such runs by itself)")
     rng = np.random.default_rng(seed)
     sessions = math.ceil(spec.num_requests / spec.turns)
     users, outputs = sample_lengths(
