@@ -21,7 +21,7 @@ from meshplan.serving.engine.kvtier import CpuTier
 from meshplan.serving.cost.lora import AdapterSlots
 from meshplan.serving.traffic.request import RequestRecord
 from meshplan.serving.engine.scheduler import SchedulerConfig
-from meshplan.serving.engine.sequence import Seq
+from meshplan.serving.engine.sequence import Seq, rebased
 
 
 STRETCH = 256
@@ -469,18 +469,13 @@ class Replica:
         self._release(seq)
         seq.record.finish_s = end
         seq.record.replica = self.index
-        segments = seq.segments
-        if self.step_base:  # decode runs as positions in the trimmed decode_end_s
-            base = self.step_base
-            segments = [(a - base, b) if b != -1 else (a, b) for a, b in segments]
-        seq.record.set_decode_source(self.decode_end_s, segments, self.cfg.tokens_per_step,
-                                     seq.req.output_len)
+        seq.record.set_decode_source(self.decode_end_s, rebased(seq.segments, self.step_base),
+                                     self.cfg.tokens_per_step, seq.req.output_len)
         self.finished.append(seq.record)
 
     def trim_steps(self) -> None:
-        """Drop the decode-step end times no request still here can need: those before the
-        first step of any live request's decode runs. A streamed run calls this once the
-        records finished so far are folded into its metrics (they must not be read after)."""
+        """Drop the decode-step times before any live request's decode runs (a streamed run,
+        once the records finished so far are folded into its metrics: they are not read after)."""
         first = self.decode.step
         for seq in (*self.running.values(), *self.waiting):
             if seq.req.id in self.running and seq.req.id not in self.prefilling:
