@@ -145,3 +145,15 @@ def test_percentiles_type_is_unchanged_for_streamed_metrics():
     w = stream_workload(WorkloadSpec(num_requests=50, input_len=128, output_len=16))
     m = simulate(MODEL, CLUSTER, ServingPlan(), w).metrics
     assert isinstance(m.ttft_ms, Percentiles) and m.completed == 50
+
+
+def test_serve_simulate_streams_a_workload_over_a_million_requests_by_itself():
+    from meshplan.cli.commands.serve import build_workload
+    from meshplan.serving.traffic.stream import StreamWorkload
+
+    big = build_workload(None, None, "stop", 1.0, 0, arrival="poisson", request_rate=100.0,
+                         num_requests=MAX_REQUESTS + 1, input_len=64, output_len=8)
+    assert isinstance(big, StreamWorkload) and len(big) == MAX_REQUESTS + 1
+    assert big.requests[MAX_REQUESTS].arrival_s == big.last_arrival
+    small = build_workload(None, None, "stop", 1.0, 0, num_requests=10, input_len=64, output_len=8)
+    assert not isinstance(small, StreamWorkload)
