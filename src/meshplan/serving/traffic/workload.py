@@ -367,7 +367,8 @@ def _describe_spec(spec: WorkloadSpec, seed: int) -> str:
     extra = f", {spec.turns} turns per session" if spec.turns > 1 else ""
     if spec.shared_prefix_len:
         extra += f", {spec.num_prefixes} system prompt(s) of {spec.shared_prefix_len} tokens"
-    return f"synthetic: {spec.num_requests} requests, {spec.dataset} lengths, {how}{extra}, seed {seed}"
+    lengths = f"{spec.dataset} ({spec.lengths_file})" if spec.lengths_file else spec.dataset
+    return f"synthetic: {spec.num_requests} requests, {lengths} lengths, {how}{extra}, seed {seed}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
