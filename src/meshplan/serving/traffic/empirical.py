@@ -35,7 +35,7 @@ PAIR_KEYS = (("input_len", "output_len"), ("input_tokens", "output_tokens"))
 class Bins(BaseModel):
     """One side of a length histogram: bin i holds the lengths edges[i] <= L < edges[i+1]."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
     edges: list[int] = Field(min_length=2, max_length=MAX_BINS + 1)
     """Bin edges in tokens, strictly increasing, the first >= 1."""
     counts: list[float] = Field(min_length=1, max_length=MAX_BINS)
@@ -74,7 +74,7 @@ class Bins(BaseModel):
 class LengthHistogram(BaseModel):
     """A joint length distribution given as one histogram per side."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
     input: Bins
     """Prompt-token histogram."""
     output: Bins
