@@ -147,6 +147,16 @@ def render_serving_speed(d: dict) -> str:
             f"seconds and {d['requests'] / d['wall_s']:,.0f} requests per wall second.\n")
 
 
+def render_serving_scale(d: dict) -> str:
+    """A table: wall time and peak RSS per request count, streamed and exact."""
+    rows = [[f"{r['requests']:,}", r["mode"], f"{r['wall_s']:,.0f} s", f"{r['peak_rss_mib']:,.0f} MiB",
+             f"{r['requests'] / r['wall_s']:,.0f}", f"{r['simulated_s'] / 3600:,.1f} h"] for r in d["rows"]]
+    table = _table(["requests", "metrics", "wall time", "peak RSS", "requests per wall s", "simulated traffic"],
+                   ["---:", "---", "---:", "---:", "---:", "---:"], rows)
+    return (f"A day of traffic (`python benchmarks/serving_scale.py --full`; {d['case']}; each run in a "
+            f"fresh process, wall time on a shared 2-core machine):\n\n{table}\n")
+
+
 def render_serving_plan_speed(d: dict) -> str:
     """One sentence: wall time and pruning of the benchmark serve plan."""
     return (f"The benchmark (`python benchmarks/serving_plan_speed.py`: {d['case']}) takes "
@@ -265,6 +275,7 @@ BLOCKS: dict[str, Block] = {
     "estimate_speed": Block(("estimate_speed",), render_estimate_speed),
     "serving_speed": Block(("serving_speed",), render_serving_speed),
     "serving_plan_speed": Block(("serving_plan_speed",), render_serving_plan_speed),
+    "serving_scale": Block(("serving_scale",), render_serving_scale),
     "startup_speed": Block(("startup_speed",), render_startup_speed),
     "site_calibration": Block(("site_calibration",), render_site_calibration),
     "validate_speed": Block(("validate_speed",), render_validate_speed),

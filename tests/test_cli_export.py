@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import tomllib
 
 import pytest
 from typer.testing import CliRunner
 
 from meshplan.cli.app import app
+from tests.test_export import titan_flags
 
 runner = CliRunner()
 PLAN = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 16},
@@ -36,10 +36,9 @@ def test_search_output_exports_to_megatron(tmp_path):
 
 
 def test_plan_file_exports_to_torchtitan_and_deepspeed(tmp_path):
-    toml = export(tmp_path, "torchtitan", PLAN)
-    assert toml.exit_code == 0, toml.output
-    config = tomllib.loads(toml.stdout)
-    assert config["parallelism"]["data_parallel_shard_degree"] == 16
+    titan = export(tmp_path, "torchtitan", PLAN)
+    assert titan.exit_code == 0, titan.output
+    assert titan_flags(titan.stdout)["--parallelism.data_parallel_shard_degree"] == "16"
     ds = export(tmp_path, "deepspeed", {**PLAN, "plan": {**PLAN["plan"], "framework": "deepspeed",
                                                          "recompute": "full"}})
     assert ds.exit_code == 0, ds.output
@@ -67,7 +66,7 @@ def test_index_picks_the_nth_plan_and_names_the_count(tmp_path):
     plans = {"plans": [PLAN, {**PLAN, "plan": {**PLAN["plan"], "micro_batch_size": 1}}]}
     second = export_args(tmp_path, plans, "torchtitan", "--index", "2")
     assert second.exit_code == 0, second.output
-    assert tomllib.loads(second.stdout)["training"]["local_batch_size"] == 1
+    assert titan_flags(second.stdout)["--training.local_batch_size"] == "1"
     beyond = export_args(tmp_path, plans, "torchtitan", "--index", "9")
     assert beyond.exit_code == 2 and "holds 2 plans; give 1 to 2" in beyond.stderr
 
@@ -76,8 +75,9 @@ def test_megatron_default_sharding_is_retargeted_to_torchtitans_and_said(tmp_pat
     result = export(tmp_path, "torchtitan", MEGATRON_PLAN)
     assert result.exit_code == 0, result.output
     assert "dp_sharding: 'optimizer' (megatron's default) -> 'full' (torchtitan's default)" in result.stderr
-    parallelism = tomllib.loads(result.stdout)["parallelism"]
-    assert parallelism["tensor_parallel_degree"] == 2 and parallelism["data_parallel_shard_degree"] == 8
+    flags = titan_flags(result.stdout)
+    assert flags["--parallelism.tensor_parallel_degree"] == "2"
+    assert flags["--parallelism.data_parallel_shard_degree"] == "8"
 
 
 def test_explicit_fields_without_equivalent_are_all_listed(tmp_path):

@@ -9,7 +9,7 @@ import dataclasses
 import json
 import os
 import re
-import tomllib
+import shlex
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ from meshplan.training import TrainingPlan, resolve_plan
 from meshplan.training.layout.capabilities import feature_problems, problems
 
 GOLDEN = Path(__file__).parent / "golden" / "export"
-EXTENSION = {"megatron": "sh", "torchtitan": "toml", "deepspeed": "json"}
+EXTENSION = {"megatron": "sh", "torchtitan": "sh", "deepspeed": "json"}
 
 # name -> (model, gpus, plan fields); the framework field picks the engine's sharding default.
 PLANS = {
@@ -35,7 +35,7 @@ PLANS = {
         tp=2, pp=2, ep=8, etp=1, micro_batch_size=1, global_batch_size=128, seq_len=4096,
         recompute="selective")),
     "mixtral_tt_ep": ("mixtral-8x7b", 32, dict(
-        tp=2, ep=8, dp_sharding="full", micro_batch_size=1, global_batch_size=64, seq_len=4096,
+        tp=2, ep=8, etp=1, dp_sharding="full", micro_batch_size=1, global_batch_size=64, seq_len=4096,
         recompute="full", framework="torchtitan")),
     "llama70b_tt_3d": ("llama-3.1-70b", 64, dict(
         tp=8, pp=4, vpp=2, micro_batch_size=1, global_batch_size=64, seq_len=8192,
@@ -95,22 +95,37 @@ def test_megatron_uneven_pipeline_uses_layout() -> None:
     assert "--num-virtual-stages-per-pipeline-rank" not in text
 
 
+def titan_flags(text: str) -> dict[str, object]:
+    """The flags of a torchtitan launch script's trainer command: flag -> its value(s) (None for
+    a switch; a list for a flag taking several words)."""
+    words = shlex.split(text[text.index("-m torchtitan.train"):].replace("\\\n", " "))[2:]
+    out: dict[str, object] = {}
+    for i, w in enumerate(words):
+        if w.startswith("--"):
+            values = []
+            for v in words[i + 1:]:
+                if v.startswith("--") or v.startswith("activation-checkpoint:"):
+                    break
+                values.append(v)
+            out[w] = None if not values else values[0] if len(values) == 1 else values
+    return out
+
+
 @pytest.mark.parametrize("name", ["llama70b_tt_3d", "llama8b_fsdp", "mixtral_tt_ep"])
 def test_torchtitan_degrees_multiply_to_gpus(name: str) -> None:
     model, cluster, plan = build(name)
-    cfg = tomllib.loads(torchtitan.export(model, cluster, plan))
-    par = cfg["parallelism"]
-    product = (par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
-               * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"]
-               * par["context_parallel_degree"])
+    flags = titan_flags(torchtitan.export(model, cluster, plan))
+    product = 1
+    for axis in ("data_parallel_replicate", "data_parallel_shard", "tensor_parallel",
+                 "pipeline_parallel", "context_parallel"):
+        product *= int(flags[f"--parallelism.{axis}_degree"])
     assert product == cluster.num_gpus
-    training = cfg["training"]
-    assert training["global_batch_size"] == plan.global_batch_size
+    assert int(flags["--training.global_batch_size"]) == plan.global_batch_size
     if plan.pp > 1:
-        assert training["local_batch_size"] == plan.micro_batch_size * plan.num_microbatches
-        parts = par["module_fqns_per_model_part"]
+        assert int(flags["--training.local_batch_size"]) == plan.micro_batch_size * plan.num_microbatches
+        parts = [p.split(",") for p in flags["--parallelism.module_fqns_per_model_part"]]
         assert len(parts) == plan.pp * plan.vpp
-        assert sum(len(p) for p in parts) == model.num_layers + 3  # + embedding, norm, output
+        assert sum(len(p) for p in parts) == model.num_layers + 3  # + embedding, norm, lm_head
 
 
 @pytest.mark.parametrize("name", ["llama8b_fsdp", "mixtral_zero3_offload"])
@@ -138,8 +153,8 @@ UNEXPRESSIBLE = [
     ("megatron", "llama8b_fsdp", dict(dp_shard_size=8)),
     ("torchtitan", "llama8b_fsdp", dict(precision="fp16")),
     ("torchtitan", "llama8b_fsdp", dict(dp_sharding="optimizer")),
-    ("torchtitan", "llama70b_tt_3d", dict(dp_sharding="none")),
-    ("torchtitan", "mixtral_tt_ep", dict(etp=1)),
+    ("torchtitan", "mixtral_tt_ep", dict(dp_shard_size=2)),  # ep 8 > dp_shard x cp x tp = 4
+    ("torchtitan", "mixtral_tt_ep", dict(etp=2)),  # 0.3 shards routed experts over EP only
     ("deepspeed", "llama70b_3d", {}),
     ("deepspeed", "mixtral_ep", dict(tp=1, pp=1, etp=None)),
     ("deepspeed", "llama8b_fsdp", dict(precision="fp8")),

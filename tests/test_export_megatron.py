@@ -133,6 +133,18 @@ def test_bash_runs_the_script_and_torchrun_gets_every_argument(tmp_path) -> None
     assert args["--data-path"] == ENV["DATA_PATH"] and args["--train-iters"] == "1000"
 
 
+def test_every_placeholder_is_checked_whatever_its_text_holds(tmp_path) -> None:
+    """A placeholder's text is quoted: an apostrophe in one ("the run's steps") once opened a
+    quote that swallowed the next lines, so NODE_RANK went unchecked."""
+    model, cluster, plan = build("llama70b_3d")
+    text = megatron.export(model, cluster, plan)  # no --train-tokens: TRAIN_ITERS is a placeholder
+    for missing in ("TRAIN_ITERS", "NODE_RANK", "MASTER_ADDR"):
+        env = {k: v for k, v in ENV.items() if k != missing} | {"NODE_RANK": "0", "MASTER_ADDR": "n0"}
+        env.pop(missing, None)
+        done = _run(tmp_path, text, env)
+        assert done.returncode != 0 and f"set {missing} to" in done.stderr, done.stderr
+
+
 def test_the_slurm_variant_sruns_torchrun_once_per_node(tmp_path) -> None:
     model, cluster, plan = build("llama70b_3d")
     text = megatron.export(model, cluster, plan, RunSettings(launcher="slurm", train_tokens=1e12))

@@ -50,6 +50,10 @@ def test_train_memory_html_with_json(tmp_path):
     weights = trace(figs, "weights")["y"]
     assert weights == pytest.approx([s["weights_bytes"] / GIB for s in data["stages"]])
     assert figs[0]["layout"]["shapes"][0]["y0"] == pytest.approx(data["gpu_memory_bytes"] / GIB)
+    peak = data["intervals"]["peak_bytes"]  # the JSON's band, on the peak stage's total
+    marker = trace(figs, "peak, p10-p90")
+    assert marker["x"] == [f"stage {max(data['stages'], key=lambda s: s['total_bytes'])['stage']}"]
+    assert _bars(marker) == ([pytest.approx(peak["low"] / GIB)], [pytest.approx(peak["high"] / GIB)])
 
 
 def test_train_estimate_html_has_breakdown_gantt_and_memory(tmp_path):
@@ -65,6 +69,12 @@ def test_train_estimate_html_has_breakdown_gantt_and_memory(tmp_path):
         [s["activations_bytes"] / GIB for s in data["memory"]["stages"]])
     band = data["intervals"]["tokens_per_s_per_gpu"]  # the JSON's band is the report's headline row
     assert f"{band['low']:,.0f} - {band['high']:,.0f}" in out.read_text()
+    peak, step = data["intervals"]["peak_bytes"], data["intervals"]["step_time_s"]
+    marker = trace([memory], "peak, p10-p90")  # the peak stage's total, with its band
+    assert marker["y"] == [pytest.approx(data["memory"]["peak_bytes"] / GIB)]
+    assert _bars(marker) == ([pytest.approx(peak["low"] / GIB)], [pytest.approx(peak["high"] / GIB)])
+    whole = trace([breakdown], "whole step, p10-p90")
+    assert _bars(whole, "x") == ([pytest.approx(step["low"])], [pytest.approx(step["high"])])
 
 
 def test_train_plan_html_scatter_is_the_ranked_plans(tmp_path):
@@ -78,12 +88,57 @@ def test_train_plan_html_scatter_is_the_ranked_plans(tmp_path):
     assert sorted(dots["y"]) == pytest.approx(sorted(p["tokens_per_s_per_gpu"] * 8 for p in data["plans"]))
 
 
+def _bars(t: dict, axis: str = "y") -> tuple[list, list]:
+    """(low, high) a trace's error bars reach, from its values and asymmetric error arrays."""
+    err, values = t[f"error_{axis}"], t[axis]
+    assert err["type"] == "data" and err["symmetric"] is False
+    pairs = [(v, m, a) for v, m, a in zip(values, err["arrayminus"], err["array"])]
+    return ([None if m is None else v - m for v, m, _ in pairs], [None if a is None else v + a for v, _, a in pairs])
+
+
+@pytest.mark.parametrize(("model", "extrapolates"), [("llama-3.2-1b", False), ("gpt2", True)])
+def test_train_plan_html_draws_each_plans_json_band_as_error_bars(tmp_path, model, extrapolates):
+    """Every ranked point's error bar spans its `intervals.tokens_per_s_per_gpu` of --json (times
+    the GPUs), the table lists each band, and the extrapolating plans are crossed out by name."""
+    out = tmp_path / "plan.html"
+    data = json.loads(run("train", "plan", "--model", model, "--gpu", "a100-sxm-80gb", "--num-gpus", "8",
+                          "--global-batch-size", "32", "--seq-len", "1024", "--top", "4", "--json",
+                          "--html", out).stdout)
+    figs, text = figures(out), out.read_text()
+    dots = trace(figs, "plans")
+    bands = [p["intervals"]["tokens_per_s_per_gpu"] for p in data["plans"]]  # best score first, as drawn
+    assert dots["y"] == pytest.approx([p["tokens_per_s_per_gpu"] * 8 for p in data["plans"]])
+    low, high = _bars(dots)
+    assert low == pytest.approx([b["low"] * 8 for b in bands]) and high == pytest.approx([b["high"] * 8 for b in bands])
+    assert _bars(trace(figs, "winner")) == (pytest.approx([low[0]]), pytest.approx([high[0]]))
+    for band in bands:
+        assert f"{band['low']:,.0f} - {band['high']:,.0f}" in text
+    steps = [p["intervals"]["step_time_s"] for p in data["plans"][:2]]
+    whole = [_bars(trace(figs, name)) for name in [t["name"] for f in figs for t in f["data"]
+                                                   if t["name"].startswith(("winner (", "runner-up ("))]]
+    assert [(lo[-1], hi[-1]) for lo, hi in whole] == [pytest.approx((s["low"], s["high"])) for s in steps]
+    crossed = [t for f in figs for t in f["data"] if t["name"].startswith("extrapolating")]
+    flagged = [p for p in data["plans"] if p["extrapolating"]]
+    assert bool(flagged) == extrapolates and len(crossed) == int(extrapolates)
+    if extrapolates:
+        assert crossed[0]["y"] == pytest.approx([p["tokens_per_s_per_gpu"] * 8 for p in flagged])
+        assert flagged[0]["extrapolating"][0] in crossed[0]["hovertext"][0]
+        assert flagged[0]["extrapolating"][0] in text
+
+
 def test_train_sweep_html(tmp_path):
     out = tmp_path / "sweep.html"
     run("train", "sweep", "--models", "llama-3.2-1b", "--gpus", "h100-sxm-80gb", "--num-gpus", "8-16",
         "--global-batch-tokens", "65536", "--workers", "1", "--out", tmp_path / "s.csv", "--html", out)
     (line,) = figures(out)[0]["data"]
     assert line["x"] == [8, 16] and all(y > 0 for y in line["y"])
+    import csv
+
+    with open(tmp_path / "s.csv", newline="") as f:
+        cells = sorted(csv.DictReader(f), key=lambda r: int(r["num_gpus"]))
+    low, high = _bars(line)  # the CSV's tokens_per_s_low/high
+    assert low == pytest.approx([float(r["tokens_per_s_low"]) for r in cells])
+    assert high == pytest.approx([float(r["tokens_per_s_high"]) for r in cells])
 
 
 def test_serve_simulate_html(tmp_path):

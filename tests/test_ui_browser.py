@@ -272,3 +272,82 @@ def test_validation_shows_bands_beside_predictions_and_why_they_extrapolate(serv
     assert re.fullmatch(r"-?[\d.]+", row["error (%)"])
     summary = dict(r.split("\t") for r in page.inner_text("#result").splitlines() if r.startswith("median abs"))
     assert summary["median abs rel error"].endswith("%"), summary
+
+
+def labels(page) -> dict[str, str]:
+    """Each form field's label and help text by the field's name: {name: (label, help)}."""
+    return page.evaluate("""Object.fromEntries([...document.querySelectorAll('#fields .field')].map((d) => [
+        d.querySelector('input, select').name, [d.querySelector('label').textContent, d.querySelector('.help').textContent]]))""")
+
+
+def key_table(page, selector: str) -> dict[str, str]:
+    return dict(r.split("\t") for r in page.inner_text(selector).splitlines())
+
+
+def test_form_fields_read_as_labels_with_units_and_help(server, page):
+    page.goto(f"{server}/train/plan")
+    page.wait_for_selector("body[data-ready='1']")
+    fields = labels(page)
+    assert fields["num_gpus"][0] == "GPUs" and fields["global_batch_size"] == ["Global batch (sequences)", "Sequences per step"]
+    assert fields["seq_len"][0] == "Sequence length (tokens)" and fields["price_per_gpu_hour"][0] == "Price per GPU-hour (USD)"
+    assert fields["goodput.restart_minutes"][0] == "Restart time (minutes)"
+    assert not [name for name, (label, _) in fields.items() if "_" in label], fields  # no flag name as a label
+    assert all(help for _, help in fields.values()), fields
+    page.goto(f"{server}/train/estimate")
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.inner_text("#fields legend") == "Hardware" and "Plan" in page.locator("#fields summary").all_inner_texts()
+    assert labels(page)["hardware.num_gpus"][0] == "GPUs" and labels(page)["plan.tp"][0] == "Tensor parallel (TP)"
+
+
+def test_headline_numbers_read_as_the_details_read_them(server, page):
+    """One format per quantity: the headline's peak memory is the details' (GiB, 3 digits, band),
+    not the report's own 191.7 GiB beside a 192 GiB."""
+    page.goto(f"{server}/train/estimate?model=llama-3.1-8b&hardware.gpu=h100-sxm-80gb&hardware.num_gpus=8&run=1")
+    page.wait_for_selector("#table-headline", timeout=30_000)
+    head = key_table(page, "#table-headline")
+    details = key_table(page, "h3:text-is('Details') + table")
+    for row, field in (("peak memory per GPU", "peak memory"), ("step time", "step time"), ("tokens/s per GPU", "tokens/s per GPU")):
+        assert head[row] == details[field] and re.search(r"\(.+-.+\)$", head[row]), (row, head[row], details[field])
+    memory = key_table(page, "h3:text-is('Memory') + table")
+    assert (head["GPU memory"], head["headroom"]) == (memory["GPU memory"], memory["headroom"]), (head, memory)
+    assert re.fullmatch(r"[\d.]+% \([\d.]+-[\d.]+\) / [\d.]+%", head["MFU / HFU"]), head
+    assert not any(k.endswith("p10-p90") for k in head)
+
+
+def test_a_simulation_given_only_gpus_shows_the_chosen_layout_and_its_note(server, page):
+    page.goto(f"{server}/serve/simulate")
+    page.wait_for_selector("body[data-ready='1']")
+    assert page.get_attribute("[name='plan.tp']", "placeholder") == "chosen for the GPUs"
+    assert labels(page)["num_gpus"] == ["GPUs", "GPUs to serve on; with tp, pp, ep, dp and replicas left empty, "
+                                                "meshplan chooses the layout for them"]
+    page.goto(f"{server}/serve/simulate?model=llama-3.2-1b&gpu=h100-sxm-80gb&num_gpus=2&workload.num_requests=30"
+              "&slo_ttft_ms=500&run=1")
+    page.wait_for_selector("#notes", timeout=60_000)
+    assert re.search(r"no layout given for 2 GPUs: chose tp=1 pp=1 x 2 replicas", page.inner_text("#notes"))
+    layout = key_table(page, "h3:text-is('Layout') + table")
+    assert (layout["TP"], layout["PP"], layout["replicas"], layout["chosen"]) == ("1", "1", "2", "yes"), layout
+    head, ttft = key_table(page, "#table-headline"), key_table(page, "h3:text-is('TTFT') + table")
+    assert head["TTFT p50 / p90"] == f"{ttft['p50']} / {ttft['p90']}" and ttft["p50"].endswith(" ms"), (head, ttft)
+    slo = key_table(page, "h3:text-is('SLO') + table")
+    assert head["SLO attainment"] == slo["attainment"] and re.fullmatch(r"[\d.]+%", slo["attainment"]), (head, slo)
+
+
+def test_validation_reads_metrics_by_name_and_shows_each_records_notes(server, page, tmp_path):
+    record = {"id": "web-notes", "kind": "serving", "source": {"name": "a test input (made up)"},
+              "model": "llama-3.2-1b", "hardware": {"gpu": "h100-sxm-80gb", "num_gpus": 2},
+              "serving": {"engine": "vllm", "workload": {"mode": "offline", "input_len": 128, "output_len": 128,
+                                                         "num_requests": 40}},
+              "measured": {"output_tokens_per_s": 9000.0}}
+    path = tmp_path / "records.yaml"
+    path.write_text(json.dumps({"schema": 1, "records": [record]}))
+    page.goto(f"{server}/validate")
+    page.wait_for_selector("body[data-ready='1']")
+    page.set_input_files("#records", str(path))
+    page.click("#run")
+    page.wait_for_selector("#notes", timeout=60_000)
+    assert "web-notes: no layout given for 2 GPUs: chose tp=1" in page.inner_text("#notes")
+    head = key_table(page, "#table-headline")
+    assert "output_tokens_per_s" not in head and re.fullmatch(
+        r"n=1, median \|error\| [\d.]+%, p90 \|error\| [\d.]+%", head["output tokens/s"]), head
+    assert head["all"] == head["output tokens/s"]
+    assert "notes" not in table(page, "records")[0]

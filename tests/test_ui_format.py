@@ -49,8 +49,9 @@ def test_key_value_text_carries_its_unit():
                " F.valueText({p50: 13.81, p90: 19.5}, 'p50', 'ttft_ms'),"
                " F.valueText({usd_per_million_tokens: 1.234}, 'usd_per_million_tokens', null),"
                " F.valueText({n: 2, median_abs_rel_error: 0.0607}, 'n', 'step_time_s'),"
-               " F.valueText({fits: false}, 'fits', null)]")
-    assert cases == ["79.6 GiB", "99.4%", "241 ms", "13.8 ms", "$1.23", "2", "no"]
+               " F.valueText({fits: false}, 'fits', null),"
+               " F.valueText({attainment: 0.075, met: false}, 'attainment', 'slo')]")
+    assert cases == ["79.6 GiB", "99.4%", "241 ms", "13.8 ms", "$1.23", "2", "no", "7.50%"]
 
 
 def test_labels_come_from_the_field_names():
@@ -80,3 +81,39 @@ def test_band_parts_are_not_columns_of_their_own():
         == ["ttft_ms_p90", "layout"]
     assert js(f"[F.label('ttft_ms_p90'), F.valueText({json.dumps(row)}, 'ttft_ms_p90', null)]") == [
         "TTFT p90", "19.5 ms (15-24)"]
+
+
+ANSWER = {"step_time_s": 0.314, "peak_bytes": 205_862_023_987.2, "hfu": 0.31, "mfu": 0.3034,
+          "intervals": {"mfu": {"low": 0.195, "high": 0.401}},
+          "metrics": {"ttft_ms": {"mean": 250.0, "p50": 241.37, "p90": 361.29, "p99": 1204.0}},
+          "plans": [{"step_time_s": 0.677, "hardware": {"num_gpus": 8}}, {"step_time_s": 0.0421, "hardware": {"num_gpus": 16}}],
+          "summary": {"n": 12, "median_abs_rel_error": 0.0607, "p90_abs_rel_error": 0.123,
+                      "by_metric": {"step_time_s": {"n": 0, "median_abs_rel_error": None, "p90_abs_rel_error": None}}}}
+
+
+def test_a_headline_value_reads_as_the_details_read_the_same_field():
+    """pathText (the headline's numbers) writes a value as the details' key-value table or the
+    table column holding it does: 192 GiB, not the report's 191.7 GiB; 241 ms; a row's value in
+    its column's unit (ms, since every plan's step is under 1 s); an error summary as one line."""
+    answer = json.dumps(ANSWER)
+    got = js(f"['peak_bytes', 'mfu', 'metrics.ttft_ms.p50', 'metrics.ttft_ms.p90', 'plans.0.step_time_s', "
+             f"'plans.1.hardware.num_gpus', 'summary', 'summary.by_metric.step_time_s', 'missing'].map((p) => F.pathText({answer}, p))")
+    assert got == ["192 GiB", "30.3% (19.5-40.1)", "241 ms", "361 ms", "677 ms", "16",
+                   "n=12, median |error| 6.07%, p90 |error| 12.3%", "no rows", None]
+    details = js(f"[F.valueText({answer}, 'peak_bytes', null), F.valueText({answer}.metrics.ttft_ms, 'p50', 'ttft_ms'),"
+                 f" F.column({answer}.plans, 'step_time_s').cells[0]]")
+    assert details == ["192 GiB", "241 ms", "677"]
+
+
+def test_a_fields_help_is_the_first_sentence_of_its_docstring():
+    cases = ["GPUs per node (default: the GPU's usual server).",
+             "Tokens per KV-cache block (page); None: engine default (vLLM 16, SGLang 1, TRT-LLM 32).",
+             "Allow options no modeled engine ships (int4/int2 KV cache): a what-if of the cost model. Without "
+             "it a plan is refused as the engine would refuse it.",
+             "Random seed of the `serve simulate` workload.",
+             "What is trained: full (every weight), lora (low-rank adapters on a frozen 16-bit base) or qlora "
+             "(adapters on a frozen NF4 4-bit base with double quantization, bitsandbytes).", None]
+    assert js(f"{json.dumps(cases)}.map(F.help)") == [
+        "GPUs per node (default: the GPU's usual server)", "Tokens per KV-cache block (page)",
+        "Allow options no modeled engine ships (int4/int2 KV cache): a what-if of the cost model",
+        "Random seed of the serve simulate workload", "What is trained", ""]

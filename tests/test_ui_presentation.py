@@ -190,23 +190,36 @@ def test_every_infeasible_serving_plan_has_a_reason(client):
     assert any("ranks below the plans shown (--top)" in entry["reason"] for entry in infeasible)
 
 
-def test_every_banded_headline_row_is_in_the_report_and_has_its_band(client):
-    """The pages add a band to the report's headline rows they name (pages.Page.bands): each
-    named row exists, and the answer holds that value's band under `intervals`."""
+def _at(answer, path: str):
+    for part in path.split("."):
+        answer = answer[int(part)] if part.isdigit() else answer[part]
+    return answer
+
+
+def test_every_headline_row_a_page_formats_is_in_the_report_and_its_value_in_the_answer(client):
+    """The pages write the report's headline rows they name (pages.Page.headline) from the
+    answer's numbers: each named row exists in the report, each path holds a number, and the
+    banded ones hold their band under `intervals`."""
     pytest.importorskip("plotly", reason="the report's headline needs the viz extra")
     pages = {p.path: p for p in PAGES}
-    search = {"model": "llama-3.2-1b", "gpu": H100, "num_gpus": 8, "global_batch_size": 64, "top": 1}
+    search = {"model": "llama-3.2-1b", "gpu": H100, "num_gpus": 8, "global_batch_size": 64, "top": 1,
+              "train_tokens": 1e10}
+    simulate = {"model": "llama-3.2-1b", "gpu": H100, "slo_ttft_ms": 50, "workload": {"num_requests": 30}}
     answers = {"train/memory": client.post("/api/train/memory?plots=true", json=SMALL).json(),
-               "train/estimate": client.post("/api/train/estimate?plots=true", json=SMALL).json(),
-               "train/plan": wait(client, client.post("/api/train/plan", json=search).json())["result"]}
+               "train/estimate": client.post("/api/train/estimate?plots=true",
+                                             json={**SMALL, "train_tokens": 1e10}).json(),
+               "train/plan": wait(client, client.post("/api/train/plan", json=search).json())["result"],
+               "serve/simulate": wait(client, client.post("/api/serve/simulate", json=simulate).json())["result"]}
     for path, answer in answers.items():
         rows = [row[0] for row in answer["report"]["headline"]]
-        assert pages[path].bands, path
-        for row, where in pages[path].bands:
+        assert pages[path].headline, path
+        for row, where in pages[path].headline:
             assert row in rows, (path, row, rows)
-            *parents, key = where.split(".")
-            holder = answer
-            for part in parents:
-                holder = holder[int(part)] if part.isdigit() else holder[part]
-            band = holder["intervals"][key]
-            assert band["low"] < holder[key] < band["high"], (path, where)
+            for one in where.split(" / "):
+                assert isinstance(_at(answer, one), (int, float)), (path, one)
+        for where in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "peak_bytes", "plans.0.tokens_per_s_per_gpu"):
+            if any(where == w for _, w in pages[path].headline):
+                *parents, key = where.split(".")
+                holder = _at(answer, ".".join(parents)) if parents else answer
+                band = holder["intervals"][key]
+                assert band["low"] < holder[key] < band["high"], (path, where)

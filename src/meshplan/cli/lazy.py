@@ -116,8 +116,8 @@ SUBCOMMANDS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
         "sweep": ("train_plan", "The best plan of every grid cell, searched in parallel, as a CSV "
                                 "table (rows are written as tasks finish; the file ends sorted in "
                                 "grid order)."),
-        "export": ("train_export", "Print the engine's launch config (command line, TOML or JSON) "
-                                   "for a plan."),
+        "export": ("train_export", "Print the engine's launch config (launch script or JSON) for "
+                                   "a plan."),
     }),
     "serve": ("serve_app", {
         "simulate": ("serve", "Simulate a deployment under traffic: TTFT, TPOT, ITL, E2E, "

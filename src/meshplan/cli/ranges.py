@@ -98,7 +98,7 @@ RANGES: dict[str, Range] = {
     "range_ratio": R(0, 1, "a range ratio", open_high=True),
     "burstiness": R(0.01, 100, "a gamma shape"),
     "concurrency": R(1, 1_000_000, "a client count"),
-    "num_requests": R(1, 1_000_000, "a request count"),
+    "num_requests": R(1, 100_000_000, "a request count"),
     "time_scale": R(1e-6, 1e6, "a time scale"),
     "seed": R(0, 2**63 - 1, "a seed"),
     "max_num_seqs": R(1, 1_000_000, "a batch size"),

@@ -52,6 +52,9 @@ class Script:
     args: list[tuple[str, object]]
     """(flag, value) pairs; value None for a store_true flag."""
     env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    """Files the script writes before launching (name -> text, written verbatim by a quoted
+    here-document, so nothing in them expands); the launch directory joins PYTHONPATH."""
 
 
 def comment(text: str) -> str:
@@ -60,7 +63,10 @@ def comment(text: str) -> str:
 
 
 def shell_word(value: object) -> str:
-    """`value` as one shell word: a placeholder reference stays expandable, the rest is quoted."""
+    """`value` as one shell word: a placeholder reference stays expandable, Raw text is written as
+    is, the rest is quoted."""
+    if isinstance(value, Raw):
+        return str(value)
     text = str(value)
     return word(Raw(f'"{text}"') if PLACEHOLDER.match(text) else text)
 
@@ -76,12 +82,20 @@ def _continued(lines: list[str]) -> list[str]:
 def _placeholders(script: Script, extra: list[tuple[str, str]]) -> list[str]:
     out = ["# ---- set these before launching; the script stops while one is unset ----"]
     for name, what in script.placeholders + extra:
-        out.append(f"{name}=${{{name}:?set {name} to {what}}}")
+        text = re.sub(r'([\\"$`])', r"\\\1", comment_text(f"set {name} to {what}"))
+        out.append(f'{name}=${{{name}:?"{text}"}}')
     return out
 
 
 def _env(script: Script) -> list[str]:
-    return [f"export {k}={shell_word(v)}" for k, v in script.env.items()]
+    out = [f"export {k}={shell_word(v)}" for k, v in script.env.items()]
+    for name, text in script.files.items():
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or "MESHPLAN_EOF" in text.splitlines():
+            raise ValueError(f"file {name!r} cannot be written by a here-document")
+        out += [f"cat > {name} <<'MESHPLAN_EOF'", text.rstrip("\n"), "MESHPLAN_EOF"]
+    if script.files:
+        out.append('export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"')
+    return out
 
 
 def torchrun(script: Script, cluster: Cluster) -> str:

@@ -22,9 +22,11 @@ MEMORY_PARTS = (("weights", "weights_bytes"), ("gradients", "gradients_bytes"),
 """Every component a StageMemory carries, bottom to top of each stacked bar."""
 
 
-def memory_figure(estimate: MemoryEstimate, title: str = "Memory per GPU by pipeline stage"):
+def memory_figure(estimate: MemoryEstimate, title: str = "Memory per GPU by pipeline stage",
+                  peak_band=None):
     """Stacked bars (GiB) of each stage's peak memory by component; the GPU's memory as a
-    horizontal line (the figure's first layout shape)."""
+    horizontal line (the figure's first layout shape); given the peak's p10-p90 band
+    (meshplan.bands), a marker on the peak stage's total with that range as its error bar."""
     go = graph_objects()
     stages = [f"stage {s.stage}" for s in estimate.stages]
     fig = go.Figure()
@@ -32,6 +34,14 @@ def memory_figure(estimate: MemoryEstimate, title: str = "Memory per GPU by pipe
         values = [getattr(s, field) / GIB for s in estimate.stages]
         if any(values):
             fig.add_trace(go.Bar(name=label, x=stages, y=values))
+    if peak_band is not None:
+        peak = estimate.peak_bytes / GIB
+        fig.add_trace(go.Scatter(
+            name="peak, p10-p90", x=[f"stage {estimate.peak_stage.stage}"], y=[peak], mode="markers",
+            marker={"color": "black", "symbol": "line-ew-open", "size": 18},
+            error_y={"type": "data", "symmetric": False, "array": [peak_band.high / GIB - peak],
+                     "arrayminus": [peak - peak_band.low / GIB], "color": "black", "thickness": 1.5},
+            hovertext=[f"p10-p90 {peak_band.low / GIB:.1f} - {peak_band.high / GIB:.1f} GiB"]))
     capacity = estimate.gpu_memory_bytes / GIB
     fig.add_hline(y=capacity, line_dash="dash", line_color="black",
                   annotation_text=f"GPU memory {capacity:.1f} GiB")
@@ -40,9 +50,10 @@ def memory_figure(estimate: MemoryEstimate, title: str = "Memory per GPU by pipe
     return fig
 
 
-def breakdown_figure(est: StepEstimate, title: str = "Where the step time goes"):
+def breakdown_figure(est: StepEstimate, title: str = "Where the step time goes", step_band=None):
     """One horizontal bar per nonzero part of the step (seconds on the critical stage), with its
-    share of the step time."""
+    share of the step time; given the step time's p10-p90 band, the title quotes it and a last
+    bar, the whole step, carries it as an error bar."""
     go = graph_objects()
     parts = [(name, seconds) for name, seconds in est.breakdown.items() if seconds > 0]
     labels = [name.replace("_", " ") for name, _ in parts]
@@ -50,8 +61,15 @@ def breakdown_figure(est: StepEstimate, title: str = "Where the step time goes")
     shares = [f"{s / est.step_time_s:.1%}" for s in seconds]
     fig = go.Figure(go.Bar(x=seconds, y=labels, orientation="h", text=shares,
                            textposition="auto", name="seconds"))
-    fig.update_layout(title=f"{title}: {est.step_time_s:.3f} s per step", xaxis_title="seconds",
-                      yaxis={"autorange": "reversed"})
+    heading = f"{title}: {est.step_time_s:.3f} s per step"
+    if step_band is not None:
+        heading += f" (p10-p90 {step_band.low:.3f} - {step_band.high:.3f} s)"
+        fig.add_trace(go.Bar(
+            x=[est.step_time_s], y=["whole step"], orientation="h", name="whole step, p10-p90",
+            error_x={"type": "data", "symmetric": False, "array": [step_band.high - est.step_time_s],
+                     "arrayminus": [est.step_time_s - step_band.low], "color": "black"}))
+    fig.update_layout(title=heading, xaxis_title="seconds", yaxis={"autorange": "reversed"},
+                      barmode="overlay")
     return fig
 
 

@@ -24,6 +24,8 @@ class Section:
     figure: object | None = None
     """A plotly.graph_objects.Figure (None: text only)."""
     text: str = ""
+    table: tuple[Sequence[str], Sequence[Sequence[str]]] | None = None
+    """(column headers, rows of formatted cells) shown under the text."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,7 +55,7 @@ def render_html(report: Report) -> str:
     plotly_js = require("plotly.offline").get_plotlyjs()
     env = jinja2.Environment(loader=jinja2.PackageLoader("meshplan.report", "templates"),
                              autoescape=True, trim_blocks=True, lstrip_blocks=True)
-    sections = [{"title": s.title, "text": s.text,
+    sections = [{"title": s.title, "text": s.text, "table": s.table,
                  "figure": None if s.figure is None else _script_json(s.figure)}
                 for s in report.sections]
     inputs = [(name, value) for name, value in report.inputs.items() if value not in (None, False)]

@@ -33,6 +33,9 @@ from meshplan.serving.traffic.request import RequestRecord
 from meshplan.serving.engine.router import Router
 from meshplan.serving.engine.sequence import Seq
 from meshplan.serving.metrics.token_times import SimulatedRecord
+from meshplan.serving.metrics.stream import StreamingLog, StreamingMetrics
+from meshplan.serving.traffic.request import Request
+from meshplan.serving.traffic.stream import StreamWorkload
 from meshplan.serving.traffic.workload import Workload
 
 ARRIVAL, ITERATION, TRANSFER = 0, 1, 2
@@ -51,11 +54,15 @@ class SimulationResult:
     wall_s: float
     adapter_loads: int = 0
     """LoRA adapters copied host -> GPU over the run (multi-LoRA serving)."""
+    streamed: bool = False
+    """Metrics were folded as the run went (sketched percentiles, within 0.5%); `records` is
+    empty and `log` keeps totals (meshplan.serving.metrics.stream)."""
 
     def to_dict(self) -> dict:
         """`metrics`, `simulation` and `deployment` as plain data (the CLI's --json)."""
         return {"metrics": self.metrics.to_dict(),
-                "simulation": {"requests": len(self.records), "iterations": self.iterations,
+                "simulation": {"requests": self.metrics.completed if self.streamed else len(self.records),
+                               "iterations": self.iterations, "streamed": self.streamed,
                                "simulated_s": self.simulated_s, "wall_s": self.wall_s,
                                "simulated_s_per_wall_s": self.simulated_s / max(self.wall_s, 1e-9),
                                "adapter_loads": self.adapter_loads},
@@ -64,7 +71,9 @@ class SimulationResult:
 
     def timeseries(self, bins: int = 50) -> dict:
         """KV-cache utilization (mean over busy replicas) and waiting requests (summed over
-        replicas) in `bins` equal time bins."""
+        replicas) in `bins` equal time bins (a streamed run: its folded bins, grouped)."""
+        if isinstance(self.log, StreamingLog):
+            return self.log.timeseries(bins)
         if len(self.log) == 0:
             return {"t_s": [], "kv_utilization": [], "waiting": []}
         t, kv = kv_utilization_over_time(self.log, bins)
@@ -77,12 +86,16 @@ class Simulation:
     """One run of a deployment over a workload."""
 
     def __init__(self, model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload,
-                 engine=None):
+                 engine=None, streaming: bool | None = None):
         self.model, self.cluster, self.plan, self.workload = model, cluster, plan, workload
         self.pools = resolve_pools(model, cluster, plan, workload)
         for pool in self.pools:
             check_servable(pool, workload)
-        self.log = IterationLog()
+        self.streaming = isinstance(workload, StreamWorkload) if streaming is None else streaming
+        """Fold finished requests into sketches and iterations into totals as the run goes
+        (meshplan.serving.metrics.stream) instead of keeping them: memory flat in the requests."""
+        self.log = StreamingLog() if self.streaming else IterationLog()
+        self.sink: StreamingMetrics | None = None
         self.groups: list[list[Replica]] = []
         for pool in self.pools:
             first = sum(len(g) for g in self.groups)
@@ -103,6 +116,8 @@ class Simulation:
         self.next_arrival = math.inf
         self.records: list[RequestRecord] = []
         self.iterations = 0
+        self.done = 0
+        """Requests finished so far."""
 
     def _push(self, t: float, kind: int, payload) -> None:
         self.order += 1
@@ -115,6 +130,8 @@ class Simulation:
 
     def _run(self, progress: Callable[[int, int], None] | None, slo: SLO | None) -> SimulationResult:
         wall = time.perf_counter()
+        if self.streaming:
+            self.sink = StreamingMetrics(slo, window_end=self._last_arrival())
         reqs, closed = self.workload.requests, self.workload.concurrency
         sent = min(closed, len(reqs)) if closed else 0
         if closed:
@@ -140,18 +157,29 @@ class Simulation:
                             self._push(now, ARRIVAL, sent)
                             sent += 1
                 if progress and done:
-                    progress(len(self.records), total)
+                    progress(self.done, total)
             else:
                 seq, replica = payload
                 replica.add(seq)
                 self._kick(replica, now)
-        if self.independent and sum(len(g) for g in self.groups) > 1:
-            self._canonical_order()
-        metrics = compute_metrics(self.records, self.log, slo)
+        if self.sink is not None:
+            metrics = self.sink.metrics(self.log)
+        else:
+            if self.independent and sum(len(g) for g in self.groups) > 1:
+                self._canonical_order()
+            metrics = compute_metrics(self.records, self.log, slo)
         loads = sum(r.lora.loads for g in self.groups for r in g if r.lora is not None)
         return SimulationResult(records=self.records, log=self.log, metrics=metrics, pools=self.pools,
                                 iterations=self.iterations, simulated_s=now,
-                                wall_s=time.perf_counter() - wall, adapter_loads=loads)
+                                wall_s=time.perf_counter() - wall, adapter_loads=loads,
+                                streamed=self.streaming)
+
+    def _last_arrival(self) -> float | None:
+        """When the last request arrives, if known before the run (open loop)."""
+        w = self.workload
+        if w.concurrency or not len(w.requests):
+            return None
+        return w.last_arrival if isinstance(w, StreamWorkload) else w.requests[-1].arrival_s
 
     def _arrive(self, index: int, now: float, upcoming: float = math.inf) -> None:
         req = self.workload.requests[index]
@@ -194,8 +222,16 @@ class Simulation:
         if self.phase is not None:
             self._phase_pool_ends(replica, now)
         done = len(replica.finished)
-        self.records.extend(replica.finished)
+        self.done += done
+        if self.sink is None:
+            self.records.extend(replica.finished)
+        elif self.sink.add(replica.finished):
+            for group in self.groups:  # the records that referenced old decode steps are folded
+                for each in group:
+                    each.trim_steps()
         replica.finished.clear()
+        if self.streaming:
+            self.log.maybe_fold()
         for seq in replica.handoff:
             self._transfer(seq, now)
         replica.handoff.clear()
@@ -239,7 +275,11 @@ def check_servable(pool: Pool, workload: Workload) -> None:
     """Refuse, as the engines do, a request no replica of `pool` could ever run: more KV than
     the whole cache holds, or (without chunked prefill) a prompt over the token budget."""
     s, capacity = pool.scheduler, pool.memory.kv_tokens
-    for req in workload.requests:
+    requests = workload.requests
+    if isinstance(workload, StreamWorkload):  # its longest requests, found when it was generated
+        requests = [requests[workload.longest_kv_request],
+                    Request(id=-1, arrival_s=0.0, input_len=workload.longest_input, output_len=1)]
+    for req in requests:
         kv = req.input_len + (req.output_len if pool.role != "prefill" else 1)
         if kv > capacity:
             raise ConfigError(
@@ -255,6 +295,7 @@ def check_servable(pool: Pool, workload: Workload) -> None:
 
 def simulate(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload, *,
              slo: SLO | None = None, progress: Callable[[int, int], None] | None = None,
-             engine=None) -> SimulationResult:
-    """Simulate serving `workload` with `plan` on `cluster` (see `Simulation`)."""
-    return Simulation(model, cluster, plan, workload, engine).run(progress, slo)
+             engine=None, streaming: bool | None = None) -> SimulationResult:
+    """Simulate serving `workload` with `plan` on `cluster` (see `Simulation`); `streaming`
+    (default: when the workload is a StreamWorkload) folds metrics as the run goes."""
+    return Simulation(model, cluster, plan, workload, engine, streaming).run(progress, slo)

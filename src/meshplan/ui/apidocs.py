@@ -59,12 +59,12 @@ def endpoints(api: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def models(api: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every schema of the API with its fields (name, type, required, default, description)."""
+    """Every schema of the API with its fields (name, form label, type, required, default, description)."""
     out = []
     for name, schema in sorted(api.get("components", {}).get("schemas", {}).items()):
         required = set(schema.get("required", ()))
         fields = [{"name": field, "type": type_text(s), "required": field in required,
-                   "default": _default(s), "description": s.get("description", "")}
+                   "label": s.get("title", ""), "default": _default(s), "description": s.get("description", "")}
                   for field, s in schema.get("properties", {}).items()]
         out.append({"name": name, "description": schema.get("description", ""), "fields": fields})
     return out

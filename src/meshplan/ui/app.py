@@ -34,7 +34,20 @@ def create_app(max_running: int | None = None, token: str | None = None) -> Fast
         guard.install_token(app, token)
     for module in (routes_catalog, routes_jobs, pages, apidocs):
         app.include_router(module.router)
+    _label_schema(app)
     return app
+
+
+def _label_schema(app: FastAPI) -> None:
+    """/openapi.json with each request field's form label as its title (meshplan.ui.labels)."""
+    from meshplan.ui.labels import titled
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            titled(FastAPI.openapi(app).get("components", {}).get("schemas", {}))
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 def warm_up() -> None:

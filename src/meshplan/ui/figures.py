@@ -4,19 +4,20 @@ same headline, figures and texts as `--html`), as JSON for the browser: figures 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 
-def report_json(build: Callable[[], object]) -> dict | None:
+def report_json(build: Callable[[], object], notes: Sequence[str | None] = ()) -> dict | None:
     """`build()` (a meshplan.report.html.Report) as {headline, notes, sections: [{title, text,
-    figure}]}; None when the viz extra (plotly) is not installed, so results still show."""
+    figure}]}, `notes` (what the CLI says on stderr, e.g. the framework it chose) leading the
+    report's own; None when the viz extra (plotly) is not installed, so results still show."""
     try:
         import plotly  # noqa: F401
     except ImportError:
         return None
     page = build()
     return {"title": page.title, "headline": [list(row) for row in page.headline],
-            "notes": list(page.notes),
+            "notes": [n for n in notes if n] + list(page.notes),
             "sections": [{"title": s.title, "text": s.text,
                           "figure": s.figure.to_json() if s.figure is not None else None}
                          for s in page.sections]}

@@ -184,13 +184,24 @@ class SimulateRequest(SLOFields):
     gpu: Name
     """GPU catalog name, e.g. h100-sxm-80gb."""
     num_gpus: int | None = Field(None, ge=1)
-    """GPUs available (default: what the plan uses)."""
+    """GPUs to serve on; with tp, pp, ep, dp and replicas left empty, meshplan chooses the layout
+    for them. As with `serve simulate --num-gpus`, the choice is in the answer's `layout` and
+    `notes`. Default: what the plan uses."""
     gpus_per_node: int | None = Field(None, ge=1)
     """GPUs per node (default: the GPU's usual server)."""
     plan: ServingPlan = ServingPlan()
     workload: WorkloadSpec = WorkloadSpec(num_requests=200)
     seed: int = Field(0, ge=0)
     """Random seed of the synthetic workload."""
+
+    @field_validator("workload")
+    @classmethod
+    def _no_server_paths(cls, value: WorkloadSpec) -> WorkloadSpec:
+        """A request may not make the server read one of its own files as lengths."""
+        if value.lengths_file is not None:
+            raise ValueError("workload.lengths_file would read a file on the server; give the lengths "
+                             "as workload.histogram (edges and counts) instead")
+        return value
 
 
 class ServePlanRequest(SLOFields):
@@ -209,7 +220,8 @@ class ServePlanRequest(SLOFields):
     """USD per GPU-hour by GPU name."""
     engine: Name = "vllm"
     """Engine whose scheduler and defaults are modeled (GET /api/engines)."""
-    dataset: Literal["fixed", "random", "sharegpt", "normal", "lognormal"] = "sharegpt"
+    dataset: Literal["fixed", "random", "sharegpt", "normal", "lognormal", "openorca", "cnn_dailymail",
+                     "longbench"] = "sharegpt"
     """Length distribution of requests."""
     input_len: int | None = Field(None, ge=1)
     """Prompt tokens (fixed, random centre or mean)."""

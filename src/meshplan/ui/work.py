@@ -30,8 +30,17 @@ def train_memory(body: dict, plots: bool = False) -> dict:
     from meshplan.bands.training import memory_bands
     from meshplan.cli.commands.train_plan import blocked
 
-    page_only = {"report": report_json(page), "why": "" if est.fits else f"Does not fit: {blocked(est)}"}
-    return {**memory_dict(est), **memory_bands(spec, cluster, est), **(page_only if plots else {})}
+    page_only = {"report": report_json(page, [framework_note(body.get("plan"))]),
+                 "why": "" if est.fits else f"Does not fit: {blocked(est)}"}
+    return {**memory_dict(est), "would_fit_with": _hints(spec, cluster, plan, est),
+            **memory_bands(spec, cluster, est), **(page_only if plots else {})}
+
+
+def _hints(spec, cluster, plan, memory) -> list[dict]:
+    """The CLI's "would fit with ..." flags (`would_fit_with` in its --json)."""
+    from meshplan.cli.commands.train import fit_hints
+
+    return [h.to_dict() for h in fit_hints(spec, cluster, plan, memory)]
 
 
 def train_estimate(body: dict, plots: bool = False) -> dict:
@@ -50,6 +59,7 @@ def train_estimate(body: dict, plots: bool = False) -> dict:
     good = goodput(spec, cluster, est.plan, est.step_time_s, req.train_tokens, resilience(req.goodput))
     bands = {**estimate_bands(spec, cluster, est).to_dict(),
              **goodput_json(good, cluster.num_gpus, req.price_per_gpu_hour)}
+    bands = {"would_fit_with": _hints(spec, cluster, plan, est.memory), **bands}
     if not plots:
         return {**estimate_dict(est), **bands}
     from dataclasses import replace
@@ -64,7 +74,7 @@ def train_estimate(body: dict, plots: bool = False) -> dict:
         return estimate_page(est, f"{_title(spec, cluster)}: one training step", "meshplan train estimate",
                              inputs(body), estimate_bands(spec, cluster, est), good)
 
-    return {**estimate_dict(est), **bands, "report": report_json(page)}
+    return {**estimate_dict(est), **bands, "report": report_json(page, [framework_note(body.get("plan"))])}
 
 
 def resilience(inputs):
@@ -72,6 +82,15 @@ def resilience(inputs):
     from meshplan.cli.goodput_options import pop_resilience
 
     return pop_resilience(inputs.model_dump(exclude_none=True))
+
+
+def framework_note(fields: dict | None) -> str | None:
+    """What the CLI says on stderr when it picks the framework for a plan's method (None when the
+    fields name a framework, or the default runs the method)."""
+    from meshplan.training.layout.capabilities import default_framework
+
+    fields = fields or {}
+    return None if fields.get("framework") else default_framework(fields.get("method") or "full")[1]
 
 
 def _training_inputs(body: dict, req=None):
@@ -143,16 +162,19 @@ def train_plan(body: dict, progress: Progress | None = None) -> dict:
     entries.sort(key=lambda e: e["score"])
 
     def page():
+        from meshplan.report.figures_plan import plan_bands
         from meshplan.report.pages_training import plan_page
 
         sizes = ", ".join(str(n) for n in results)
+        by_size = {c.num_gpus: c for c in clusters}
         return plan_page(results, f"{spec.name} on {sizes} x {clusters[0].gpu.name}: plan search",
                          "meshplan train plan", inputs(body), r.price_per_gpu_hour,
-                         winner_goodput(spec, results, {c.num_gpus: c for c in clusters}, r.train_tokens, failures))
+                         winner_goodput(spec, results, by_size, r.train_tokens, failures),
+                         bands=plan_bands(spec, by_size, results))
 
     return {"plans": entries, "score_unit": OBJECTIVE_UNITS[r.objective],
             "search": searches[0] if len(searches) == 1 else searches, "why": why_text(results),
-            "report": report_json(page)}
+            "report": report_json(page, [framework_note(body)])}
 
 
 def simulate_inputs(body: dict):
@@ -173,13 +195,21 @@ def simulate_inputs(body: dict):
     return r, spec, cluster, workload, slo
 
 
+LAYOUT_FIELDS = ("tp", "pp", "ep", "dp", "replicas")
+"""The plan fields that make a layout; a simulation given num_gpus and none of them gets one chosen."""
+
+
 def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
-    """`serve simulate --json` of a SimulateRequest (with the SLO verdict when SLOs are given)."""
-    from meshplan.cli.commands.serve import slo_verdict
+    """`serve simulate --json` of a SimulateRequest (with the SLO verdict when SLOs are given):
+    given `num_gpus` and no layout, the CLI's chosen layout, and its notes (`layout`, `notes`)."""
+    from meshplan.cli.commands.serve import choices, layout_open, slo_verdict
     from meshplan.serving.simulate import simulate
 
     r, spec, cluster, workload, slo = simulate_inputs(body)
-    result = simulate(spec, cluster, r.plan, workload, slo=slo, progress=progress)
+    given = body.get("plan") or {}
+    plan, chosen = choices(spec, cluster, r.plan, workload,
+                           layout_open(r.num_gpus, r.plan, [given.get(k) for k in LAYOUT_FIELDS]))
+    result = simulate(spec, cluster, plan, workload, slo=slo, progress=progress)
     verdict = slo_verdict(result, slo, r.slo_percentile)
 
     def page():
@@ -189,7 +219,7 @@ def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
                              f"{spec.name} on {cluster.num_gpus} x {cluster.gpu.name}: serving simulation",
                              "meshplan serve simulate", inputs(body))
 
-    return {**result.to_dict(), **({"slo": verdict} if verdict else {}), "report": report_json(page)}
+    return {**result.to_dict(), **chosen, **({"slo": verdict} if verdict else {}), "report": report_json(page)}
 
 
 def serve_plan_inputs(body: dict):

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from meshplan.serving.traffic.empirical import LengthHistogram
+
 STRICT = ConfigDict(frozen=True, extra="forbid")
 
 
@@ -59,7 +61,11 @@ class Workload(BaseModel):
     mode: Literal["offline", "poisson", "gamma", "concurrency"]
     input_len: int | None = Field(None, ge=1)
     output_len: int | None = Field(None, ge=1)
-    dataset: Literal["sharegpt", "random"] | None = None
+    dataset: Literal["sharegpt", "random", "openorca", "cnn_dailymail", "longbench", "histogram"] | None = None
+    """Length distribution: random (with range_ratio), a named dataset's packaged table, or
+    histogram (the `histogram` field)."""
+    histogram: LengthHistogram | None = None
+    """dataset=histogram: {input: {edges, counts}, output: {edges, counts}, spearman}."""
     range_ratio: float | None = Field(None, ge=0, le=1)
     num_requests: int | None = Field(None, ge=1)
     request_rate: float | None = Field(None, gt=0)

@@ -12,7 +12,7 @@ from meshplan.serving.cost.constants import version_note
 from meshplan.serving.engine.layout import choose_layout
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import simulate
-from meshplan.serving.traffic.workload import Workload, WorkloadSpec, synthesize
+from meshplan.serving.traffic.workload import TABLE_KINDS, Workload, WorkloadSpec, synthesize
 from meshplan.validate.records import record_model
 from meshplan.validate.schema import Record
 
@@ -70,7 +70,7 @@ def _plan(record: Record, model: ModelSpec) -> ServingPlan:
 
 def _workload(record: Record, seed: int) -> Workload:
     w = record.serving.workload
-    if w.output_len is None and w.dataset != "sharegpt":
+    if w.output_len is None and w.dataset not in TABLE_KINDS:
         raise ConfigError("serving.workload.output_len is not published (needed to simulate)")
     n = w.num_requests or 1000
     if w.mode == "offline":
@@ -79,7 +79,7 @@ def _workload(record: Record, seed: int) -> Workload:
     spec = WorkloadSpec(arrival=w.mode, request_rate=w.request_rate, burstiness=w.burstiness,
                         concurrency=w.concurrency, num_requests=n, dataset=dataset,
                         input_len=w.input_len, output_len=w.output_len,
-                        range_ratio=w.range_ratio or 0.0)
+                        range_ratio=w.range_ratio or 0.0, histogram=w.histogram)
     return synthesize(spec, seed=seed)
 
 

@@ -9,12 +9,12 @@
 set -euo pipefail
 
 # ---- set these before launching; the script stops while one is unset ----
-DATA_PATH=${DATA_PATH:?set DATA_PATH to your tokenized data prefix (tools/preprocess_data.py output, no .bin/.idx)}
-TOKENIZER_MODEL=${TOKENIZER_MODEL:?set TOKENIZER_MODEL to the Hugging Face tokenizer name or path of that data}
-CHECKPOINT_DIR=${CHECKPOINT_DIR:?set CHECKPOINT_DIR to a shared directory for checkpoints (saved to and resumed from)}
-TRAIN_ITERS=${TRAIN_ITERS:?set TRAIN_ITERS to the run's optimizer steps (524,288 tokens each; or export with --train-tokens)}
-NODE_RANK=${NODE_RANK:?set NODE_RANK to this node's index, 0 to 3}
-MASTER_ADDR=${MASTER_ADDR:?set MASTER_ADDR to the address of node 0}
+DATA_PATH=${DATA_PATH:?"set DATA_PATH to your tokenized data prefix (tools/preprocess_data.py output, no .bin/.idx)"}
+TOKENIZER_MODEL=${TOKENIZER_MODEL:?"set TOKENIZER_MODEL to the Hugging Face tokenizer name or path of that data"}
+CHECKPOINT_DIR=${CHECKPOINT_DIR:?"set CHECKPOINT_DIR to a shared directory for checkpoints (saved to and resumed from)"}
+TRAIN_ITERS=${TRAIN_ITERS:?"set TRAIN_ITERS to the run's optimizer steps (524,288 tokens each; or export with --train-tokens)"}
+NODE_RANK=${NODE_RANK:?"set NODE_RANK to this node's index, 0 to 3"}
+MASTER_ADDR=${MASTER_ADDR:?"set MASTER_ADDR to the address of node 0"}
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 
 torchrun \

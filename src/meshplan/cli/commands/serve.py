@@ -24,7 +24,8 @@ from meshplan.serving.metrics.summary import SLO
 from meshplan.serving.plan import Disaggregation, ServingPlan
 from meshplan.serving.simulate import SimulationResult, simulate
 from meshplan.serving.traffic.traces import read_trace
-from meshplan.serving.traffic.workload import Workload, WorkloadSpec, synthesize
+from meshplan.serving.traffic.stream import StreamWorkload, stream_workload
+from meshplan.serving.traffic.workload import MAX_REQUESTS, Workload, WorkloadSpec, synthesize
 
 serve_app = new_app(help="Serving deployments: simulate traffic, plan, export launch commands.",
                         no_args_is_help=True)
@@ -77,13 +78,18 @@ def build_serving_plan(pool: str = "both", **fields) -> ServingPlan:
 
 
 def build_workload(trace: Path | None, trace_format: str | None, on_error: str, time_scale: float,
-                   seed: int, **spec) -> Workload:
-    """The workload: a trace file, or a synthetic spec from the workload flags."""
+                   seed: int, stream: bool = False, **spec) -> Workload | StreamWorkload:
+    """The workload: a trace file, or a synthetic spec from the workload flags (streamed, a chunk
+    at a time, with `stream` or more than MAX_REQUESTS requests)."""
     if trace is not None:
+        if stream:
+            raise ConfigError("--stream with --trace: a trace is replayed whole; drop --stream")
         workload = read_trace(trace, trace_format, on_error=on_error, time_scale=time_scale,
                               max_requests=spec.get("num_requests"))
         lora = {k: spec[k] for k in ("lora_popularity", "lora_zipf_exponent") if spec.get(k) is not None}
         return replace(workload, **lora, seed=seed) if lora else workload
+    if stream or (spec.get("num_requests") or 0) > MAX_REQUESTS:
+        return stream_workload(WorkloadSpec(**spec), seed=seed)
     return synthesize(WorkloadSpec(**spec), seed=seed)
 
 
@@ -101,6 +107,16 @@ def unit_workload(trace, trace_format, on_error, seed, rate, **spec):
         raise ConfigError("give --request-rate (requests/s to serve) or a --trace")
     arrival = "gamma" if spec.get("burstiness") not in (None, 1.0) else "poisson"
     return build_workload(None, None, on_error, 1.0, seed, arrival=arrival, request_rate=1.0, **spec), rate
+
+
+def lengths_flags(dataset: str | None, lengths_file: Path | None, default: str = "random") -> dict:
+    """--dataset and --lengths-file as WorkloadSpec fields: a lengths file alone picks `file`
+    (.csv, .jsonl) or `histogram` (.yaml)."""
+    if lengths_file is None:
+        return {"dataset": dataset or default}
+    if dataset is None:
+        dataset = "histogram" if lengths_file.suffix.lower() in (".yaml", ".yml") else "file"
+    return {"dataset": dataset, "lengths_file": str(lengths_file)}
 
 
 def _arrival(offline: bool, request_rate: float | None, concurrency: int | None, burstiness: float | None) -> str:
@@ -166,7 +182,12 @@ def simulate_cmd(
     decode_tp: int = typer.Option(None, help="Disaggregated: TP of each decode instance."),
     pool: str = typer.Option("both", help="both, or one pool of a disaggregated deployment alone: prefill "
                              "(requests end with their first token) or decode (prompts' KV already present)."),
-    dataset: str = typer.Option(None, help="Lengths: fixed, random, sharegpt, normal, lognormal (default random)."),
+    dataset: str = typer.Option(None, help="Lengths: fixed, random (default), normal, lognormal; a public dataset's "
+                                "packaged table: sharegpt, openorca, cnn_dailymail, longbench; file or histogram "
+                                "(from --lengths-file)."),
+    lengths_file: Path = typer.Option(None, "--lengths-file", help="Your own lengths: a CSV/JSONL file of (prompt, "
+                                      "output) token counts, resampled, or a YAML histogram {input: {edges, counts}, "
+                                      "output: {edges, counts}}; implies --dataset file or histogram."),
     input_len: int = typer.Option(None, help="Prompt tokens (fixed value, random centre, or mean)."),
     output_len: int = typer.Option(None, help="Output tokens (fixed value, random centre, or mean)."),
     range_ratio: float = typer.Option(None, help="random: lengths uniform in [L(1-r), L(1+r)]."),
@@ -189,6 +210,9 @@ def simulate_cmd(
                                          "for the run to pass (exit 0; else 1)."),
     seed: int = typer.Option(None, help="Random seed of the synthetic workload (default 0)."),
     json_out: bool = typer.Option(False, "--json", help="Print metrics and simulation stats as JSON."),
+    stream: bool = typer.Option(False, "--stream", help="Fold requests into quantile sketches (percentiles within "
+                                "0.5%) as they finish: memory flat in the request count. On by itself above "
+                                "1,000,000 requests; no --requests-csv, --trace-out or --html then."),
     requests_csv: Path = typer.Option(None, help="Write one CSV row per request here."),
     trace_out: Path = typer.Option(None, help="Write a Chrome/Perfetto trace of the iterations here."),
     html: Path = html_option.HTML,
@@ -211,7 +235,7 @@ def simulate_cmd(
     flags = dict(trace=trace, request_rate=request_rate, burstiness=burstiness, concurrency=concurrency,
                  num_requests=num_requests, dataset=dataset, input_len=input_len, output_len=output_len,
                  range_ratio=range_ratio, shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes,
-                 turns=turns, seed=seed, offline=offline or None)
+                 turns=turns, seed=seed, offline=offline or None, lengths_file=lengths_file)
     entry = None
     if plan_file is not None:
         entry, plan = _from_plan_file(plan_file, plan_index, plan)
@@ -225,12 +249,12 @@ def simulate_cmd(
         workload = _planned_workload(entry)  # the very requests `serve plan` verified the plan with
     else:
         workload = _flag_workload(flags, trace_format, on_error, time_scale, lora_popularity,
-                                  lora_zipf_exponent)
+                                  lora_zipf_exponent, stream)
+    _check_streamed(workload, requests_csv=requests_csv, trace_out=trace_out, html=html)
     slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile = _entry_slo(
         entry, slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
     slo = _slo(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
-    open_layout = num_gpus is not None and entry is None and plan.disaggregated is None and all(
-        v is None for v in (tp, pp, ep, dp, replicas))
+    open_layout = entry is None and layout_open(num_gpus, plan, [tp, pp, ep, dp, replicas])
     plan, chosen = _chosen(spec_model, cluster, plan, workload, open_layout)
     result = _run(spec_model, cluster, plan, workload, slo,
                   shown=show_progress(quiet, json_out) and len(workload.requests) >= 5000)
@@ -252,29 +276,50 @@ def simulate_cmd(
     finish(verdict is None or verdict["met"])
 
 
-def _chosen(model, cluster, plan: ServingPlan, workload: Workload, open_layout: bool) -> tuple[ServingPlan, dict]:
-    """The plan to simulate and what meshplan chose for it (JSON fields `layout`, `notes`),
-    each choice also a `note:` line on stderr: the layout when only a GPU count was given, the
-    engine release when --engine-version names none."""
+def layout_open(num_gpus: int | None, plan: ServingPlan, layout_given: list) -> bool:
+    """Whether meshplan chooses the layout: a GPU count is given, and neither a layout (the
+    tp/pp/ep/dp/replicas given, None where not) nor disaggregated pools."""
+    return num_gpus is not None and plan.disaggregated is None and all(v is None for v in layout_given)
+
+
+def choices(model, cluster, plan: ServingPlan, workload: Workload, open_layout: bool) -> tuple[ServingPlan, dict]:
+    """The plan to simulate and what meshplan chose for it (JSON fields `layout`, `notes`): the
+    layout when only a GPU count was given, the engine release when the version names none."""
     notes, extra = [n for n in (version_note(plan.engine, plan.engine_version),) if n], {}
     if open_layout:
         plan, note = choose_layout(model, cluster, plan, workload)
         notes.append(note)
         extra["layout"] = {"tp": plan.tp, "pp": plan.pp, "replicas": plan.replicas, "chosen": True, "rule": LAYOUT_RULE}
-    for note in notes:
-        err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
     return plan, {**extra, **({"notes": notes} if notes else {})}
 
 
+def _chosen(model, cluster, plan: ServingPlan, workload: Workload, open_layout: bool) -> tuple[ServingPlan, dict]:
+    """`choices`, each of its notes also a `note:` line on stderr."""
+    plan, chosen = choices(model, cluster, plan, workload, open_layout)
+    for note in chosen.get("notes", ()):
+        err_console.print(f"note: {note}", highlight=False, markup=False, soft_wrap=True)
+    return plan, chosen
+
+
+def _check_streamed(workload, **outputs) -> None:
+    """A streamed run keeps no per-request records or iteration rows to write out."""
+    if isinstance(workload, StreamWorkload):
+        given = [f"--{k.replace('_', '-')}" for k, v in outputs.items() if v is not None]
+        if given:
+            raise ConfigError(f"{' and '.join(given)} with a streamed run ({len(workload):,} requests, or "
+                              f"--stream): it keeps no per-request records; drop {' and '.join(given)} or "
+                              f"simulate at most {MAX_REQUESTS:,} requests without --stream")
+
+
 def _flag_workload(flags: dict, trace_format, on_error, time_scale, lora_popularity,
-                   lora_zipf_exponent) -> Workload:
+                   lora_zipf_exponent, stream: bool = False) -> Workload | StreamWorkload:
     """The workload the traffic flags describe (`flags` as simulate_cmd collects them)."""
     f = flags
     return build_workload(
-        f["trace"], trace_format, on_error, time_scale, 0 if f["seed"] is None else f["seed"],
+        f["trace"], trace_format, on_error, time_scale, 0 if f["seed"] is None else f["seed"], stream,
         arrival=_arrival(bool(f["offline"]), f["request_rate"], f["concurrency"], f["burstiness"]),
         request_rate=f["request_rate"], burstiness=f["burstiness"], concurrency=f["concurrency"],
-        num_requests=f["num_requests"], dataset=f["dataset"] or "random", input_len=f["input_len"],
+        num_requests=f["num_requests"], **lengths_flags(f["dataset"], f["lengths_file"]), input_len=f["input_len"],
         output_len=f["output_len"], range_ratio=f["range_ratio"],
         shared_prefix_len=f["shared_prefix_len"], num_prefixes=f["num_prefixes"], turns=f["turns"],
         lora_popularity=lora_popularity, lora_zipf_exponent=lora_zipf_exponent)
@@ -364,7 +409,8 @@ def _render(result: SimulationResult, workload: Workload) -> None:
                       else (m.output_tokens_per_s, "output"))
         console.print(f"{pools[0].role} pool alone: {rate:,.0f} {what} tokens/s = {rate / gpus:,.0f} per GPU",
                       highlight=False)
-    console.print(f"simulated {result.simulated_s:,.1f} s of traffic ({len(result.records):,} requests, "
+    shown = result.metrics.completed if result.streamed else len(result.records)
+    console.print(f"simulated {result.simulated_s:,.1f} s of traffic ({shown:,} requests, "
                   f"{result.iterations:,} iterations) in {result.wall_s:.2f} s wall")
 
 

@@ -24,7 +24,8 @@ from meshplan.cli.common import (
     user_errors,
     with_site,
 )
-from meshplan.cli.commands.serve import build_serving_plan, build_workload, serve_app, unit_workload
+from meshplan.cli.commands.serve import (build_serving_plan, build_workload, lengths_flags, serve_app,
+                                        unit_workload)
 from meshplan.cli.commands.serve_files import read_plan_entry
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
@@ -67,7 +68,11 @@ def plan_cmd(
     slo_tpot_ms: float = typer.Option(None, help="Time-per-output-token objective, ms."),
     slo_e2e_ms: float = typer.Option(None, help="End-to-end latency objective, ms."),
     slo_percentile: float = typer.Option(90.0, help="Percentile of requests the objectives apply to."),
-    dataset: str = typer.Option("sharegpt", help="Lengths: fixed, random, sharegpt, normal, lognormal."),
+    dataset: str = typer.Option(None, help="Lengths: fixed, random, normal, lognormal; a public dataset's packaged "
+                                "table: sharegpt (default), openorca, cnn_dailymail, longbench; file or histogram "
+                                "(from --lengths-file)."),
+    lengths_file: Path = typer.Option(None, "--lengths-file", help="Your own lengths: a CSV/JSONL file of (prompt, "
+                                      "output) token counts, or a YAML histogram; implies --dataset file or histogram."),
     input_len: int = typer.Option(None, help="Prompt tokens (fixed, random centre or mean)."),
     output_len: int = typer.Option(None, help="Output tokens (fixed, random centre or mean)."),
     range_ratio: float = typer.Option(None, help="random: lengths uniform in [L(1-r), L(1+r)]."),
@@ -101,8 +106,9 @@ def plan_cmd(
     from meshplan.serving.search.run import search
 
     t = _targets(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
+    lengths = lengths_flags(dataset, lengths_file, default="sharegpt")
     unit, rate = unit_workload(trace, trace_format, on_error, seed, request_rate, num_requests=num_requests,
-                                dataset=dataset, input_len=input_len, output_len=output_len,
+                                **lengths, input_len=input_len, output_len=output_len,
                                 range_ratio=range_ratio, burstiness=burstiness, shared_prefix_len=shared_prefix_len)
     spec = load_model(model)
     clusters = [Cluster.build(g, 1) for g in gpu]  # hardware only; each plan is sized in the search
@@ -112,7 +118,7 @@ def plan_cmd(
         result = search(spec, clusters, unit, rate, t, max_gpus=max_gpus, objective=objective,
                         prices=_prices(price), space=space, top=top, workers=workers)
     if json_out:
-        workload = {"dataset": dataset, "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,
+        workload = {**lengths, "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,
                     "burstiness": burstiness, "shared_prefix_len": shared_prefix_len, "num_requests": num_requests,
                     "seed": seed, "trace": None if trace is None else str(trace), "trace_format": trace_format,
                     "on_error": on_error}

@@ -168,7 +168,7 @@ def memory(**flags) -> None:
     def page():
         from meshplan.report.pages_training import memory_page
 
-        return memory_page(estimate, f"{title}: memory per GPU", "meshplan train memory", given)
+        return memory_page(estimate, f"{title}: memory per GPU", "meshplan train memory", given, bands)
 
     html_option.write(html, page)
     finish(estimate.fits)

@@ -41,10 +41,11 @@ def export_command(
     train_tokens: float = typer.Option(None, "--train-tokens", help="Tokens in the run: sets the "
                                        "training length (default: the plan file's, else a "
                                        "placeholder to fill in)."),
-    launcher: str = typer.Option("torchrun", "--launcher", help="megatron: torchrun (run the "
-                                 "script on every node) or slurm (an sbatch script)."),
+    launcher: str = typer.Option("torchrun", "--launcher", help="megatron and torchtitan: "
+                                 "torchrun (run the script on every node) or slurm (an sbatch "
+                                 "script)."),
 ) -> None:
-    """Print the engine's launch config (command line, TOML or JSON) for a plan. A plan searched
+    """Print the engine's launch config (launch script or JSON) for a plan. A plan searched
     for another framework is re-targeted: it exports when every field has an equivalent in the
     target, else the error lists each field that has none."""
     check("train_tokens", train_tokens)

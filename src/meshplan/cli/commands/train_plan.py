@@ -172,10 +172,12 @@ def plan_command(
                     "search": searches[0] if len(searches) == 1 else searches})
 
     def page():
+        from meshplan.report.figures_plan import plan_bands
         from meshplan.report.pages_training import plan_page
 
         return plan_page(results, f"{spec.name} on {num_gpus} x {gpu}: plan search", "meshplan train plan", given,
-                         price_per_gpu_hour, winner_goodput(spec, results, clusters, train_tokens, resilience))
+                         price_per_gpu_hour, winner_goodput(spec, results, clusters, train_tokens, resilience),
+                         plan_bands(spec, clusters, results))
 
     html_option.write(html, page)
     finish(bool(entries))  # exit 1 when no requested cluster size has a plan that fits

@@ -24,6 +24,7 @@ from meshplan.serving.cost.memory import (ServingMemory, kv_layout, serving_memo
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.engine.replica import Replica
 from meshplan.serving.engine.scheduler import SchedulerConfig, expected_tokens_per_step
+from meshplan.serving.traffic.stream import StreamWorkload
 from meshplan.serving.traffic.workload import Workload
 
 
@@ -68,9 +69,9 @@ def _scheduler(plan: ServingPlan, d: EngineDefaults) -> SchedulerConfig:
 def _defaults(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload,
               offline: bool, kv_tokens: int | None = None) -> EngineDefaults:
     """The engine's defaults for this GPU, model and (for trtllm-bench) mean lengths."""
-    reqs = workload.requests
-    mean_in = round(sum(r.input_len for r in reqs) / len(reqs)) if reqs else None
-    mean_out = round(sum(r.output_len for r in reqs) / len(reqs)) if reqs else None
+    n = len(workload.requests)
+    mean_in = round(workload.total_input_tokens / n) if n else None
+    mean_out = round(workload.total_output_tokens / n) if n else None
     whole = plan.model_copy(update={"tp": 1, "pp": 1, "ep": 1})
     return engine_defaults(
         plan.engine, cluster.gpu.hbm_bytes, tp=plan.tp * plan.dp, pp=plan.pp, input_len=mean_in, output_len=mean_out,
@@ -102,7 +103,8 @@ def _pool(role: str, replicas: int, model: ModelSpec, cluster: Cluster, plan: Se
 def resolve_pools(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload) -> list[Pool]:
     """The pools of a deployment (one colocated pool, prefill + decode, or one phase pool of a
     disaggregated deployment), checked to fit."""
-    offline = workload.concurrency is None and all(r.arrival_s == 0 for r in workload.requests)
+    offline = workload.concurrency is None and (
+        workload.offline if isinstance(workload, StreamWorkload) else all(r.arrival_s == 0 for r in workload.requests))
     if plan.mtp_drafts and not model.mtp_layers:
         raise ConfigError(f"speculative_method='mtp': {model.name} has no multi-token-prediction "
                           f"module (its config has no num_nextn_predict_layers); use 'eagle'")

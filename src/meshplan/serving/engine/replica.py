@@ -21,7 +21,7 @@ from meshplan.serving.engine.kvtier import CpuTier
 from meshplan.serving.cost.lora import AdapterSlots
 from meshplan.serving.traffic.request import RequestRecord
 from meshplan.serving.engine.scheduler import SchedulerConfig
-from meshplan.serving.engine.sequence import Seq
+from meshplan.serving.engine.sequence import Seq, rebased
 
 
 STRETCH = 256
@@ -40,7 +40,10 @@ class Replica:
         self.role, self.window_blocks = role, window_blocks
         self.decode = DecodeSet(pool.block_size, cfg.tokens_per_step)
         self.decode_end_s = array("d")
-        """End time of every decode step, in order (a request's token times are a slice)."""
+        """End time of every decode step from step `step_base` on, in order (a request's token
+        times are a slice)."""
+        self.step_base = 0
+        """Decode steps dropped from the front of `decode_end_s` (`trim_steps`, streamed runs)."""
         self.waiting: deque[Seq] = deque()
         self.running: dict[int, Seq] = {}
         self.prefilling: dict[int, Seq] = {}
@@ -466,9 +469,24 @@ class Replica:
         self._release(seq)
         seq.record.finish_s = end
         seq.record.replica = self.index
-        seq.record.set_decode_source(self.decode_end_s, seq.segments, self.cfg.tokens_per_step,
-                                     seq.req.output_len)
+        seq.record.set_decode_source(self.decode_end_s, rebased(seq.segments, self.step_base),
+                                     self.cfg.tokens_per_step, seq.req.output_len)
         self.finished.append(seq.record)
+
+    def trim_steps(self) -> None:
+        """Drop the decode-step times before any live request's decode runs (a streamed run,
+        once the records finished so far are folded into its metrics: they are not read after)."""
+        first = self.decode.step
+        for seq in (*self.running.values(), *self.waiting):
+            if seq.req.id in self.running and seq.req.id not in self.prefilling:
+                first = min(first, seq.c0)  # decoding now: its current run starts at c0
+            for a, b in seq.segments:
+                if b != -1:
+                    first = min(first, a)
+        keep = first - self.step_base
+        if keep > 0:
+            self.decode_end_s = self.decode_end_s[keep:]
+            self.step_base = first
 
     def _log(self, end: float) -> None:
         self.log.append(self.index, self._start, end,

@@ -50,3 +50,11 @@ class Seq:
     def remaining_output(self) -> int:
         """Output tokens still to emit."""
         return self.req.output_len - self.generated
+
+
+def rebased(segments: list[tuple[float, int]], base: int) -> list[tuple[float, int]]:
+    """`segments` with each decode run's first step counted from step `base` (the decode-step
+    times a replica dropped from the front of its array), prefill emissions unchanged."""
+    if not base:
+        return segments
+    return [(a - base, b) if b != -1 else (a, b) for a, b in segments]

@@ -2,6 +2,9 @@
 
 Each distribution is built once and then draws `(n, rng) -> np.ndarray` of ints >= 1;
 `sample_lengths` picks one by the name a `WorkloadSpec` uses and returns (inputs, outputs).
+Named public datasets (sharegpt, openorca, cnn_dailymail, longbench) are packaged quantile
+tables (serving/data/NAME_lengths.yaml, each citing its sources); a user's own lengths file or
+histogram is read by meshplan.serving.traffic.empirical.
 """
 
 from __future__ import annotations
@@ -18,8 +21,12 @@ from scipy import stats
 
 from meshplan.errors import ConfigError
 
-LengthKind = Literal["fixed", "random", "sharegpt", "normal", "lognormal"]
-LENGTH_KINDS: tuple[str, ...] = ("fixed", "random", "sharegpt", "normal", "lognormal")
+LengthKind = Literal["fixed", "random", "sharegpt", "normal", "lognormal", "openorca", "cnn_dailymail",
+                     "longbench", "file", "histogram"]
+NAMED_TABLES: tuple[str, ...] = ("sharegpt", "openorca", "cnn_dailymail", "longbench")
+"""Public datasets with a packaged length table (serving/data/NAME_lengths.yaml)."""
+LENGTH_KINDS: tuple[str, ...] = ("fixed", "random", "sharegpt", "normal", "lognormal", "openorca",
+                                 "cnn_dailymail", "longbench", "file", "histogram")
 Sampler = Callable[[int, np.random.Generator], np.ndarray]
 
 _EPS = 1e-9  # float slack so 100 * (1 + 0.1) rounds to 110, not 111
@@ -102,21 +109,28 @@ def _table_mean(probs: np.ndarray, values: np.ndarray) -> float:
     return float(np.sum(np.diff(probs) * (values[1:] + values[:-1]) / 2))
 
 
-@lru_cache(maxsize=1)
-def sharegpt_table() -> EmpiricalLengths:
-    """The ShareGPT-like table of serving/data/sharegpt_lengths.yaml, read once."""
+@lru_cache(maxsize=None)
+def dataset_table(name: str) -> EmpiricalLengths:
+    """The packaged table serving/data/NAME_lengths.yaml of a named dataset, read once."""
     from meshplan.yamlread import load_packaged
 
-    text = resources.files("meshplan.serving").joinpath("data", "sharegpt_lengths.yaml").read_text()
-    data = load_packaged(text)
+    if name not in NAMED_TABLES:
+        raise ConfigError(f"no packaged length table {name!r}; valid: {', '.join(NAMED_TABLES)}")
+    origin = f"{name}_lengths.yaml"
+    data = load_packaged(resources.files("meshplan.serving").joinpath("data", origin).read_text())
     table = EmpiricalLengths(
         probs=np.array(data["probs"]["values"], dtype=float),
         input_quantiles=np.array(data["input_tokens"]["quantiles"]["values"], dtype=float),
         output_quantiles=np.array(data["output_tokens"]["quantiles"]["values"], dtype=float),
         spearman=float(data["spearman"]["value"]),
     )
-    _check_table(table, "sharegpt_lengths.yaml")
+    _check_table(table, origin)
     return table
+
+
+def sharegpt_table() -> EmpiricalLengths:
+    """The ShareGPT-like table of serving/data/sharegpt_lengths.yaml."""
+    return dataset_table("sharegpt")
 
 
 def _check_table(table: EmpiricalLengths, origin: str) -> None:
@@ -131,23 +145,37 @@ def _check_table(table: EmpiricalLengths, origin: str) -> None:
         raise ConfigError(f"{origin}: spearman must lie in (-1, 1), got {table.spearman}")
 
 
-def sharegpt(max_len: int = 4096) -> Callable[[int, np.random.Generator], tuple[np.ndarray, np.ndarray]]:
+Pairs = Callable[[int, np.random.Generator], tuple[np.ndarray, np.ndarray]]
+
+
+def sharegpt(max_len: int = 4096) -> Pairs:
     """ShareGPT-like pairs; a pair with input + output > max_len is redrawn (vLLM's filter)."""
-    table = sharegpt_table()
-    floor = int(table.input_quantiles[0] + table.output_quantiles[0])
+    return named("sharegpt", max_len)
+
+
+def named(name: str, max_len: int | None) -> Pairs:
+    """Pairs of a named dataset's table; with max_len, longer pairs are redrawn (vLLM's filter)."""
+    table = dataset_table(name)
+    return pair_limited(table.draw, max_len, int(table.input_quantiles[0] + table.output_quantiles[0]), name)
+
+
+def pair_limited(draw: Pairs, max_len: int | None, floor: int, name: str) -> Pairs:
+    """`draw` with pairs of input + output > max_len redrawn (then shrunk, if still over)."""
+    if max_len is None:
+        return draw
     if max_len < floor:
-        raise ConfigError(f"max_len = {max_len} is below the shortest ShareGPT pair "
+        raise ConfigError(f"max_len = {max_len} is below the shortest {name} pair "
                           f"({floor} tokens); use max_len >= {floor}")
 
-    def draw(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        inputs, outputs = table.draw(n, rng)
+    def limited(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        inputs, outputs = draw(n, rng)
         for _ in range(_REDRAW_ROUNDS):
             over = np.flatnonzero(inputs + outputs > max_len)
             if over.size == 0:
                 return inputs, outputs
-            inputs[over], outputs[over] = table.draw(over.size, rng)
+            inputs[over], outputs[over] = draw(over.size, rng)
         return _shrink_to_fit(inputs, outputs, max_len)
-    return draw
+    return limited
 
 
 def _shrink_to_fit(inputs: np.ndarray, outputs: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -163,24 +191,40 @@ def _shrink_to_fit(inputs: np.ndarray, outputs: np.ndarray, max_len: int) -> tup
 def sample_lengths(
     kind: str, n: int, rng: np.random.Generator, *, input_len: int = 1024, output_len: int = 128,
     range_ratio: float = 0.0, input_std: float | None = None, output_std: float | None = None,
-    max_len: int = 4096,
+    max_len: int | None = 4096, source=None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """n prompt lengths and n output lengths (int64 arrays, values >= 1) of one distribution.
 
     input_len/output_len are the fixed length, the centre of `random`, or the mean of
-    `normal`/`lognormal`; `sharegpt` ignores them. max_len clips each length of
-    normal/lognormal and bounds input + output for sharegpt.
+    `normal`/`lognormal`; the named tables ignore them. max_len clips each length of
+    normal/lognormal and bounds input + output for the tables, files and histograms (None:
+    no bound). `source` is what file/histogram draw from (`lengths_source`).
     """
-    if kind == "sharegpt":
-        return sharegpt(max_len)(n, rng)
+    return length_sampler(kind, input_len=input_len, output_len=output_len, range_ratio=range_ratio,
+                          input_std=input_std, output_std=output_std, max_len=max_len, source=source)(n, rng)
+
+
+def length_sampler(kind: str, *, input_len: int = 1024, output_len: int = 128, range_ratio: float = 0.0,
+                   input_std: float | None = None, output_std: float | None = None,
+                   max_len: int | None = 4096, source=None) -> Pairs:
+    """The `(n, rng) -> (inputs, outputs)` sampler `sample_lengths` draws from."""
+    if kind in NAMED_TABLES:
+        return named(kind, max_len)
+    if kind in ("file", "histogram"):
+        if source is None:
+            raise ConfigError(f"dataset={kind!r} needs a lengths file or histogram")
+        return pair_limited(source.draw, max_len, 2, kind)
     if kind in ("normal", "lognormal"):
         if input_std is None or output_std is None:
             missing = "input_std" if input_std is None else "output_std"
             raise ConfigError(f"dataset={kind!r} needs {missing} (the std of the lengths, tokens)")
         make = normal if kind == "normal" else lognormal
-        return make(input_len, input_std, max_len)(n, rng), make(output_len, output_std, max_len)(n, rng)
-    if kind == "random":
-        return uniform_range(input_len, range_ratio)(n, rng), uniform_range(output_len, range_ratio)(n, rng)
-    if kind == "fixed":
-        return fixed(input_len)(n, rng), fixed(output_len)(n, rng)
-    raise ConfigError(f"unknown length distribution {kind!r}; valid: {', '.join(LENGTH_KINDS)}")
+        bound = 4096 if max_len is None else max_len
+        ins, outs = make(input_len, input_std, bound), make(output_len, output_std, bound)
+    elif kind == "random":
+        ins, outs = uniform_range(input_len, range_ratio), uniform_range(output_len, range_ratio)
+    elif kind == "fixed":
+        ins, outs = fixed(input_len), fixed(output_len)
+    else:
+        raise ConfigError(f"unknown length distribution {kind!r}; valid: {', '.join(LENGTH_KINDS)}")
+    return lambda n, rng: (ins(n, rng), outs(n, rng))

@@ -17,17 +17,26 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from meshplan.errors import ConfigError
-from meshplan.serving.traffic.lengths import sample_lengths
+from meshplan.serving.traffic.empirical import LengthHistogram, LengthPairs, read_lengths
+from meshplan.serving.traffic.lengths import NAMED_TABLES, sample_lengths
 from meshplan.serving.traffic.request import Request
 
 Arrival = Literal["offline", "poisson", "gamma", "concurrency"]
-Dataset = Literal["fixed", "random", "sharegpt", "normal", "lognormal"]
+Dataset = Literal["fixed", "random", "sharegpt", "normal", "lognormal", "openorca", "cnn_dailymail",
+                  "longbench", "file", "histogram"]
+TABLE_KINDS = (*NAMED_TABLES, "file", "histogram")
+"""Datasets whose lengths come from data (a packaged table, a file, a histogram), not from
+input_len/output_len."""
 LoraPopularity = Literal["uniform", "zipf"]
 
 
 MAX_REQUESTS = 1_000_000
 """Most requests one workload may hold: a simulation costs ~50 us per request (a million take
 about a minute), so larger counts would look like a hang; sample a trace window instead."""
+MAX_STREAM_REQUESTS = 100_000_000
+"""Most requests of a streamed workload (meshplan.serving.traffic.stream), generated a chunk at a
+time and folded into sketches as they finish: 10^7 (a busy day) take about as long per request as
+a million do."""
 MAX_TOKENS = 2**22
 """Longest prompt, output or shared prefix (4,194,304 tokens), above every model's context."""
 MAX_TURNS = 1000
@@ -51,11 +60,14 @@ class WorkloadSpec(BaseModel):
     """Gamma shape of inter-arrival times (vLLM --burstiness): < 1 burstier, 1 = Poisson."""
     concurrency: int | None = Field(None, ge=1, le=MAX_REQUESTS)
     """Clients of the closed loop (arrival=concurrency), like vLLM --max-concurrency."""
-    num_requests: int = Field(1000, ge=1, le=MAX_REQUESTS)
-    """Requests in the workload (all turns of all sessions)."""
+    num_requests: int = Field(1000, ge=1, le=MAX_STREAM_REQUESTS)
+    """Requests in the workload (all turns of all sessions); above MAX_REQUESTS only streamed
+    (`stream_workload`)."""
     dataset: Dataset = "random"
-    """Length distribution: fixed, random (vLLM's uniform range), sharegpt (ShareGPT-like
-    table, serving/data/sharegpt_lengths.yaml), normal, lognormal."""
+    """Length distribution: fixed, random (vLLM's uniform range), normal, lognormal; a named
+    public dataset's packaged table (sharegpt, openorca, cnn_dailymail, longbench:
+    serving/data/NAME_lengths.yaml); file (resample the rows of `lengths_file`, CSV or JSONL);
+    histogram (`histogram`, or a YAML `lengths_file`)."""
     input_len: int = Field(1024, ge=1, le=MAX_TOKENS)
     """Prompt tokens of each request's own text (after any shared prefix): the fixed value,
     the centre of `random` or the mean of normal/lognormal."""
@@ -68,8 +80,14 @@ class WorkloadSpec(BaseModel):
     output_std: float | None = Field(None, ge=0, allow_inf_nan=False)
     """Standard deviation of output lengths (normal, lognormal), tokens."""
     max_len: int = Field(4096, ge=2, le=MAX_TOKENS)
-    """sharegpt: longest prompt + output (longer pairs are redrawn); normal/lognormal: longest
+    """sharegpt (default 4096), the other named tables, file and histogram (unbounded unless
+    given): longest prompt + output (longer pairs are redrawn); normal/lognormal: longest
     single length (clipped)."""
+    lengths_file: str | None = None
+    """dataset=file: a CSV or JSONL file of (prompt tokens, output tokens) rows;
+    dataset=histogram: a YAML file {input: {edges, counts}, output: {edges, counts}}."""
+    histogram: LengthHistogram | None = None
+    """dataset=histogram: the histogram itself (instead of a YAML lengths_file)."""
     shared_prefix_len: int = Field(0, ge=0, le=MAX_TOKENS)
     """Tokens of a system prompt put before every request's own prompt; 0: none."""
     num_prefixes: int = Field(1, ge=1, le=MAX_REQUESTS)
@@ -137,11 +155,38 @@ def _dataset_problems(spec: WorkloadSpec, chosen: set[str]) -> Iterator[str]:
             yield f"{name} is only used with dataset='normal' or 'lognormal', not {kind!r}"
     if kind != "random" and spec.range_ratio != 0:
         yield f"range_ratio={spec.range_ratio} is only used with dataset='random', not {kind!r}"
-    if kind == "sharegpt":
+    if kind in TABLE_KINDS:
         for name in sorted({"input_len", "output_len"} & chosen):
-            yield f"{name} is not used with dataset='sharegpt' (lengths come from its table)"
+            yield f"{name} is not used with dataset={kind!r} (lengths come from its data)"
     if kind in ("fixed", "random") and "max_len" in chosen:
-        yield f"max_len is only used with dataset 'sharegpt', 'normal' or 'lognormal', not {kind!r}"
+        yield f"max_len is only used with a table, file, histogram, normal or lognormal dataset, not {kind!r}"
+    yield from _source_problems(spec)
+
+
+def _source_problems(spec: WorkloadSpec) -> Iterator[str]:
+    kind, path, hist = spec.dataset, spec.lengths_file, spec.histogram
+    yaml = path is not None and path.lower().endswith((".yaml", ".yml"))
+    if kind == "file" and (path is None or yaml):
+        yield "dataset='file' needs lengths_file, a .csv or .jsonl file of (prompt, output) lengths"
+    if kind == "histogram" and (hist is None) == (path is None or not yaml):
+        yield "dataset='histogram' needs either histogram (edges and counts) or a .yaml lengths_file, not both"
+    if kind not in ("file", "histogram") and (path is not None or hist is not None):
+        yield f"lengths_file and histogram are only used with dataset='file' or 'histogram', not {kind!r}"
+
+
+def lengths_source(spec: WorkloadSpec) -> LengthPairs | LengthHistogram | None:
+    """What dataset=file/histogram draws from: the file read now, or the inline histogram."""
+    if spec.histogram is not None:
+        return spec.histogram
+    return read_lengths(spec.lengths_file) if spec.lengths_file is not None else None
+
+
+def pair_bound(spec: WorkloadSpec) -> int | None:
+    """The max_len a sampler applies: always for sharegpt, normal and lognormal (their defaults),
+    for the other tables, files and histograms only when given."""
+    if spec.dataset in ("sharegpt", "normal", "lognormal") or "max_len" in spec.model_fields_set:
+        return spec.max_len
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -226,12 +271,16 @@ def _session_starts(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> np.
 
 def synthesize(spec: WorkloadSpec, seed: int = 0) -> Workload:
     """Draw the requests of `spec`; the same seed gives the same workload."""
+    if spec.num_requests > MAX_REQUESTS:
+        raise ConfigError(f"num_requests = {spec.num_requests:,} is over {MAX_REQUESTS:,}, the most a workload "
+                          f"holds in memory; stream it (meshplan.serving.traffic.stream.stream_workload, "
+                          f"or serve simulate, which streams such runs by itself)")
     rng = np.random.default_rng(seed)
     sessions = math.ceil(spec.num_requests / spec.turns)
     users, outputs = sample_lengths(
         spec.dataset, sessions * spec.turns, rng, input_len=spec.input_len,
         output_len=spec.output_len, range_ratio=spec.range_ratio, input_std=spec.input_std,
-        output_std=spec.output_std, max_len=spec.max_len)
+        output_std=spec.output_std, max_len=pair_bound(spec), source=lengths_source(spec))
     starts = _session_starts(spec, sessions, rng)
     prefixes = rng.integers(spec.num_prefixes, size=sessions)
     if spec.turns == 1 and not spec.shared_prefix_len:
@@ -318,7 +367,8 @@ def _describe_spec(spec: WorkloadSpec, seed: int) -> str:
     extra = f", {spec.turns} turns per session" if spec.turns > 1 else ""
     if spec.shared_prefix_len:
         extra += f", {spec.num_prefixes} system prompt(s) of {spec.shared_prefix_len} tokens"
-    return f"synthetic: {spec.num_requests} requests, {spec.dataset} lengths, {how}{extra}, seed {seed}"
+    lengths = f"{spec.dataset} ({spec.lengths_file})" if spec.lengths_file else spec.dataset
+    return f"synthetic: {spec.num_requests} requests, {lengths} lengths, {how}{extra}, seed {seed}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

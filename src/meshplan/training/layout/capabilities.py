@@ -42,8 +42,10 @@ class Capability:
     search_dp_sharding: tuple[str, ...] | None = None
     """The sharding values the search tries (default: all of dp_sharding)."""
     fsdp_mesh: bool = False
-    """torchtitan's device mesh: DDP only without tp/pp/cp, expert parallelism borrowed from the
-    FSDP x CP ranks (cp <= ep <= shard group), experts sharded with the TP degree (etp = tp)."""
+    """torchtitan 0.3's device mesh (torchtitan/distributed/parallel_dims.py): FSDP over
+    dp_replicate x (dp_shard x cp), replication being a shard degree of 1; expert parallelism
+    borrowed from the dp_shard x cp x tp ranks (ep divides them), routed experts sharded over EP
+    only (etp = 1), or over TP without EP (etp = tp)."""
     hybrid_shard: tuple[str, ...] = ()
     """Sharding values that may shard over fewer than all dp x cp ranks (dp_shard_size)."""
     offload_with: tuple[str, ...] = ()
@@ -126,7 +128,8 @@ CAPABILITIES: dict[str, Capability] = {
         offload_params_with=("full",), offload_targets=("cpu", "nvme"),
         methods=("full", "lora", "qlora")),
 }
-"""torchtitan (job_config.py): FSDP2 (reshard or not after forward) or 1-D DDP; GPipe, 1F1B,
+"""torchtitan 0.3 (torchtitan/config/configs.py, models/*/parallelize.py): FSDP2 (reshard or not
+after forward) always, replication as HSDP with shard degree 1 (0.3 has no DDP path); GPipe, 1F1B,
 Interleaved1F1B (torch.distributed.pipelining); no partial recompute; HSDP (replicate x shard,
 the shard degree a multiple of cp); FSDP CPU offload (enable_cpu_offload, parameters with the
 optimizer); no activation-offload key. DeepSpeed 0.19 (config JSON): ZeRO 0-3 with optimizer offload for stages 2-3; no hybrid
@@ -323,17 +326,18 @@ def _find_model_problems(framework: str, cap: Capability, model) -> list[str]:
 def _mesh_problems(plan) -> list[str]:
     """torchtitan's mesh rules (see Capability.fsdp_mesh)."""
     out = []
-    if plan.dp_sharding == "none" and plan.tp * plan.pp * plan.cp > 1:
-        out.append("dp_sharding='none': torchtitan's DDP is 1-D only (no tp, pp or cp); use 'full'")
     if plan.dp_sharding != "none" and plan.shard_group % plan.cp:
         out.append(f"dp_shard_size={plan.shard_group}: torchtitan's FSDP mesh is shard degree x cp, "
                    f"so it must be a multiple of cp={plan.cp}")
     shard = plan.shard_group if plan.dp_sharding != "none" else plan.cp
-    if plan.ep > 1 and not plan.cp <= plan.ep <= shard:
-        out.append(f"ep={plan.ep}: torchtitan takes EP from the FSDP x CP ranks: "
-                   f"cp={plan.cp} <= ep <= {shard}")
-    if plan.ep > 1 and plan.etp != plan.tp:
-        out.append(f"etp={plan.etp}: torchtitan shards experts with the TP degree (etp = tp = {plan.tp})")
+    if plan.ep > 1 and (shard * plan.tp) % plan.ep:
+        out.append(f"ep={plan.ep}: torchtitan takes EP from the dp_shard x cp x tp = "
+                   f"{shard * plan.tp} ranks, so ep must divide {shard * plan.tp}")
+    if plan.ep > 1 and plan.etp != 1:
+        out.append(f"etp={plan.etp}: torchtitan shards routed experts over EP only (etp = 1)")
+    if plan.ep == 1 and plan.etp != plan.tp:
+        out.append(f"etp={plan.etp}: without EP torchtitan shards experts with the TP degree "
+                   f"(etp = tp = {plan.tp})")
     return out
 
 

@@ -13,12 +13,15 @@ async function getJSON(url, options) {
   return data;
 }
 
+// A property's schema with its $ref / allOf / nullable anyOf resolved; the property's own label
+// (title), help (description) and default stay the property's, not the referenced model's.
 function resolve(s) {
-  if (s.$ref) return resolve(schemas[s.$ref.split("/").pop()]);
+  const own = {title: s.title, description: s.description, default: s.default};
+  if (s.$ref) return {...resolve(schemas[s.$ref.split("/").pop()]), ...own};
   if (s.allOf && s.allOf.length === 1) return {...resolve(s.allOf[0]), ...s, allOf: undefined};
   if (s.anyOf) {
     const real = s.anyOf.filter((x) => x.type !== "null");
-    if (real.length === 1) return {...resolve(real[0]), description: s.description, default: s.default, nullable: true};
+    if (real.length === 1) return {...resolve(real[0]), ...own, nullable: true};
   }
   return s;
 }
@@ -33,7 +36,7 @@ function buildForm(schema, path, parent, required) {
     if (s.type === "object" && s.properties) {
       const box = document.createElement(name === "hardware" ? "fieldset" : "details");
       const head = document.createElement(name === "hardware" ? "legend" : "summary");
-      head.textContent = name;
+      head.textContent = s.title || name;
       box.append(head);
       buildForm(s, key, box, s.required || []);
       parent.append(box);
@@ -43,10 +46,13 @@ function buildForm(schema, path, parent, required) {
   }
 }
 
+// A simulation given GPUs and none of these gets a layout chosen (serve simulate --num-gpus).
+const LAYOUT_KEYS = ["plan.tp", "plan.pp", "plan.ep", "plan.dp", "plan.replicas"];
+
 function field(key, name, s, required) {
   const div = document.createElement("div"), label = document.createElement("label");
   div.className = "field" + (required ? " req" : "");
-  label.textContent = name;
+  label.textContent = s.title || name;  // the field's label with its unit (meshplan/ui/labels.py)
   label.htmlFor = key;
   let input;
   const picker = catalogChoices(name, s);
@@ -66,13 +72,19 @@ function field(key, name, s, required) {
     if (input.type === "number") input.step = "any";
     if (name === "model") input.setAttribute("list", "model-list");
     if (s.default != null && typeof s.default !== "object") input.placeholder = String(s.default);
+    if (page.schema === "SimulateRequest" && LAYOUT_KEYS.includes(key)) input.placeholder = "chosen for the GPUs";
     if (s.type === "array") input.placeholder = "comma-separated";
     if (s.type === "object") input.placeholder = "name=value, ...";
   }
   input.id = input.name = key;
   input.dataset.kind = s.type === "array" ? `array-${resolve(s.items || {}).type}` : (s.type || "string");
   input.title = s.description || "";
-  div.append(label, input);
+  const help = document.createElement("small");
+  help.className = "help";
+  help.id = `help-${key}`;
+  help.textContent = F.help(s.description);
+  input.setAttribute("aria-describedby", help.id);
+  div.append(label, input, help);
   return div;
 }
 
@@ -243,8 +255,8 @@ function show(result, job) {
   if (reasons.length) out.append(warning("extrapolating", "Extrapolating: this question lies outside what the "
       + "calibration records span, so its p10-p90 band is twice as wide", reasons));
   if (report) out.append(keyTable("Headline", headline(report.headline, result), "headline"));
-  for (const note of (report || {}).notes || [])
-    if (!note.startsWith("Extrapolating")) out.append(paragraph(note, "note"));
+  const said = notes(result);
+  if (said.length) out.append(noteList(said));
   const sectionTexts = ((report || {}).sections || []).map((s) => s.text);
   if (result.why && !sectionTexts.includes(result.why))
     out.append(paragraph(result.why, result.fits === false ? "why warning" : "why"));
@@ -263,19 +275,30 @@ function extrapolating(result) {
   return [...new Set([...(result.extrapolating || []), ...(winner.extrapolating || [])])];
 }
 
-// The report's headline rows, each value that has a band in the answer shown with it.
+// The report's headline rows. Those the page names (page.headline: row -> paths in the answer)
+// are written from the answer's numbers exactly as the details write the same field (one format
+// per quantity), with their band; a row named by a key of a `.*` object gets that key's label.
 function headline(rows, result) {
-  const bands = Object.fromEntries(page.bands || []);
-  return rows.filter(([name]) => !name.endsWith(", p10-p90")).map(([name, value]) => {
-    const path = bands[name];
-    if (!path) return [name, value];
-    const keys = path.split("."), holder = keys.slice(0, -1).reduce((o, k) => (o || {})[k], result);
-    const band = F.bandOf(holder, keys.at(-1));
-    if (!band) return [name, value];
-    const v = holder[keys.at(-1)], sc = F.scale(F.unitOf(keys.at(-1), null), [v]);
-    const shownValue = value.includes(" / ") ? value : F.withUnit(sc.show(v), sc.unit);  // "MFU / HFU" stays
-    return [name, `${shownValue} (${sc.show(band.low)}-${sc.show(band.high)})`];
+  const spec = page.headline || [];
+  const named = Object.fromEntries(spec.filter(([, p]) => !p.endsWith(".*")));
+  const groups = spec.filter(([, p]) => p.endsWith(".*")).map(([, p]) => p.slice(0, -2));
+  const texts = (paths) => { const t = paths.map((p) => F.pathText(result, p)); return t.includes(null) ? null : t.join(" / "); };
+  return rows.filter(([name]) => !name.endsWith(", p10-p90")).map(([name, text]) => {
+    if (named[name]) return [name, texts(named[name].split(" / ")) ?? text];
+    const group = groups.find((g) => name in (pick(result, g) || {}));
+    return group ? [F.label(name), texts([`${group}.${name}`]) ?? text] : [name, text];
   });
+}
+
+// Every note of an answer, once each: the report's (what was chosen; extrapolation is a warning
+// of its own), the answer's `notes` (a chosen layout, the engine release read) and each row's
+// (a validation record's), the row's id first.
+function notes(result) {
+  const all = ((result.report || {}).notes || []).filter((n) => !n.startsWith("Extrapolating"));
+  all.push(...(Array.isArray(result.notes) ? result.notes : []));
+  for (const rows of Object.values(result).filter(isRows))
+    for (const row of rows) for (const n of (Array.isArray(row.notes) ? row.notes : [])) all.push(row.id ? `${row.id}: ${n}` : n);
+  return [...new Set(all)];
 }
 
 // A plan search with a cluster size where nothing fits: the closest plans and what they miss by.
@@ -289,11 +312,15 @@ function noPlanReasons(result, parent) {
   }
 }
 
-function warning(id, headline, items) {
+function warning(id, headline, items) { return listBox(id, "warning", headline, items); }
+
+function noteList(items) { return listBox("notes", "notes", "Notes", items); }
+
+function listBox(id, cls, headline, items) {
   const box = document.createElement("div"), list = document.createElement("ul");
-  box.className = "warning";
+  box.className = cls;
   box.id = id;
-  box.append(paragraph(headline, "warning-head"));
+  box.append(paragraph(headline, `${cls}-head`));
   for (const item of items) { const li = document.createElement("li"); li.textContent = item; list.append(li); }
   box.append(list);
   return box;

@@ -16,7 +16,7 @@ const UNITS = [  // [pattern on a field name, kind]; the first match wins
   [/_ms($|_)/, "ms"],
   [/tokens_per_s/, "tokens/s"],
   [/requests_per_s|^goodput_per_gpu$|^request_rate$/, "req/s"],
-  [/^(mfu|hfu)$|_ratio$|_fraction$|utilization|hit_rate$/, "%"],
+  [/^(mfu|hfu|attainment)$|_ratio$|_fraction$|utilization|hit_rate$/, "%"],
   [/(^|_)usd($|_)|^cost_per/, "USD"],
   [/_days$|^days_/, "days"],
   [/gpu_hours/, "GPU-hours"],
@@ -40,8 +40,8 @@ const ACRONYMS = {gpu: "GPU", gpus: "GPUs", mfu: "MFU", hfu: "HFU", kv: "KV", sl
                   cuda: "CUDA", cpu: "CPU", nvme: "NVMe", mtbf: "MTBF", usd: "USD", fsdp: "FSDP", p50: "p50", p90: "p90", p99: "p99"};
 const BAND_VALUE_KEYS = ["value", "predicted", "mean", "p50", "median"];
 // Fields a person does not read: the ranking's internal score, what is shown elsewhere (bands,
-// warnings, the report, the closest misses) and the plan object each ranked entry repeats.
-const HIDDEN = new Set(["report", "why", "score", "score_unit", "intervals", "extrapolating", "tied_with_winner",
+// warnings, notes, the report, the closest misses) and the plan object each ranked entry repeats.
+const HIDDEN = new Set(["report", "why", "notes", "score", "score_unit", "intervals", "extrapolating", "tied_with_winner",
                         "closest", "invalid_reasons", "ties", "low", "high"]);
 
 function unitOf(key, parent) {
@@ -140,8 +140,45 @@ function column(rows, path) {
   const kind = unitOf(key, parent), sc = scale(kind, values);
   const unit = sc.unit && !(sc.unit.includes("/") && label(key).includes(sc.unit)) ? sc.unit : "";
   const header = label(key) + (unit ? ` (${unit === "USD" ? "$" : unit})` : "");
-  const cells = values.map((v, i) => (typeof v === "number" ? sc.show(v) + bandText(bandOf(holder(rows[i]), key), sc) : text(v)));
-  return {header, cells, numeric: values.some((v) => typeof v === "number")};
+  const band = (i) => bandText(bandOf(holder(rows[i]), key), sc);
+  const cells = values.map((v, i) => (typeof v === "number" ? sc.show(v) + band(i) : text(v)));
+  const texts = values.map((v, i) => (typeof v === "number" ? withUnit(sc.show(v), sc.unit) + band(i) : text(v)));
+  return {header, cells, texts, numeric: values.some((v) => typeof v === "number")};
 }
 
-window.meshplanFormat = {label, title, valueText, column, bandOf, merged, HIDDEN, scale, unitOf, withUnit, num};
+const at = (obj, keys) => keys.reduce((o, k) => (o == null ? undefined : o[k]), obj);
+
+// The text of the value at `path` ("metrics.ttft_ms.p50", "plans.0.mfu") in an answer, as the
+// details show that value: a key-value entry's format (valueText), or a row's in its table's
+// column; an error-statistics object (validate) as one line. null when there is no value.
+function pathText(answer, path) {
+  const keys = path.split("."), key = keys.at(-1), up = keys.slice(0, -1), holder = at(answer, up);
+  const v = (holder || {})[key];
+  if (v && typeof v === "object" && "median_abs_rel_error" in v) return statsText(v);
+  if (typeof v !== "number") return null;
+  const row = up.findIndex((k) => /^\d+$/.test(k));
+  if (row >= 0 && Array.isArray(at(answer, up.slice(0, row))))
+    return column(at(answer, up.slice(0, row)), keys.slice(row + 1).join(".")).texts[Number(up[row])];
+  return valueText(holder, key, up.at(-1) || null);
+}
+
+function statsText(s) {
+  if (!s.n) return "no rows";
+  return `n=${num(s.n)}, median |error| ${valueText(s, "median_abs_rel_error", null)}, `
+    + `p90 |error| ${valueText(s, "p90_abs_rel_error", null)}`;
+}
+
+// A form field's short help: the first sentence of its description (the field's docstring),
+// without the "; None: ..." of what an empty field means or the docstring's code quotes, and a
+// sentence over HELP_CHARS only up to its first "; " or ": " (the list of choices after it is in
+// the picker). The whole description is the input's tooltip.
+const HELP_CHARS = 120;
+
+function help(description) {
+  const first = (description || "").replace(/\s+/g, " ").trim().split(/(?<=[a-z0-9)])\. (?=[A-Z])/)[0];
+  let text = first.split("; None:")[0].replace(/\.$/, "").replace(/`/g, "");
+  if (text.length > HELP_CHARS) text = text.split(/; |: /)[0];
+  return text;
+}
+
+window.meshplanFormat = {help, pathText, label, title, valueText, column, bandOf, merged, HIDDEN, scale, unitOf, withUnit, num};
