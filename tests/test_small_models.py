@@ -139,3 +139,14 @@ def test_the_fit_gives_no_scale_to_an_unnamed_framework():
     names = {p.path for p in parameters(cases)}
     assert ("framework", "other", "compute_scale") not in names
     assert ("architecture", "hopper", "compute_scale") in names
+
+
+def test_an_implementation_no_record_measured_is_out_of_regime():
+    from meshplan.bands.regime import distance, out_of_regime, regime_of
+
+    compiled, cluster = plan("compiled")
+    fused, _ = plan("fused")
+    seen = [regime_of(GPT2, cluster, compiled)]
+    question = regime_of(GPT2, cluster, fused)
+    assert out_of_regime(question, seen) == ["no calibration record with implementation fused"]
+    assert distance(question, seen[0]) == 1.0

@@ -73,7 +73,7 @@ def small_gemm_waves(m: int, n: int, k: int, sms: int) -> float:
     SPLIT_K_MIN to fill more SMs. Multi-wave GEMMs as `wave_efficiency`."""
     tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N)
     if tiles > sms:
-        return wave_efficiency(m, n, sms)
+        return tiles / (math.ceil(tiles / sms) * sms)
     splits = max(1, min(sms // tiles, k // SPLIT_K_MIN))
     return tiles * splits / sms
 
