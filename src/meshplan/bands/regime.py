@@ -24,6 +24,9 @@ class Regime:
     tokens_per_microbatch: float
     """Tokens one GPU holds per micro-batch (micro-batch x sequence / context-parallel size)."""
     num_gpus: int
+    implementation: str = "eager"
+    """How the trainer launches its kernels: eager, compiled (torch.compile, XLA) or fused (llm.c):
+    host time, fused memory passes and the loss differ between them."""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -35,10 +38,11 @@ def regime_of(model, cluster, plan) -> Regime:
                   framework=plan.framework, precision=plan.precision,
                   hidden_size=model.hidden_size,
                   tokens_per_microbatch=plan.micro_batch_size * plan.seq_len / plan.cp,
-                  num_gpus=cluster.num_gpus)
+                  num_gpus=cluster.num_gpus, implementation=plan.implementation)
 
 
-CATEGORY_COST = {"moe": 2.0, "architecture": 1.0, "framework": 1.0, "precision": 0.5}
+CATEGORY_COST = {"moe": 2.0, "architecture": 1.0, "framework": 1.0, "precision": 0.5,
+                 "implementation": 1.0}
 """Distance added by a differing category: MoE residuals spread twice as wide as dense ones in
 the calibration set, so a dense run says least about an MoE question."""
 OCTAVE_COST = {"hidden_size": 0.5, "tokens_per_microbatch": 0.3, "num_gpus": 0.2}
@@ -56,6 +60,8 @@ def distance(a: Regime, b: Regime) -> float:
 RANGE_LABEL = {"hidden_size": "model width (hidden size)",
                "tokens_per_microbatch": "tokens per micro-batch per GPU",
                "num_gpus": "GPU count"}
+CATEGORIES = ("framework", "implementation", "precision", "architecture")
+"""Categorical features a question must share with some calibration record."""
 COMBINATIONS = (("architecture", "moe"), ("architecture", "framework"), ("framework", "moe"))
 """Pairs of categories whose combination must have been measured."""
 
@@ -78,7 +84,7 @@ class Span:
 def span_of(seen: list[Regime]) -> Span:
     """The span of `seen` (computed once per residual pool)."""
     ranges = {n: (min(getattr(r, n) for r in seen), max(getattr(r, n) for r in seen)) for n in RANGE_LABEL}
-    categories = {n: {getattr(r, n) for r in seen} for n in ("framework", "precision", "architecture", "moe")}
+    categories = {n: {getattr(r, n) for r in seen} for n in CATEGORIES + ("moe",)}
     combinations = {(x, y): {(getattr(r, x), getattr(r, y)) for r in seen} for x, y in COMBINATIONS}
     return Span(ranges, categories, combinations)
 
@@ -93,7 +99,7 @@ def out_of_regime(q: Regime, seen: list[Regime] | Span) -> list[str]:
         value, (low, high) = getattr(q, name), span.ranges[name]
         if not low <= value <= high:
             reasons.append(f"{label} {value:,.0f} outside the calibrated {low:,.0f}-{high:,.0f}")
-    for name in ("framework", "precision", "architecture"):
+    for name in CATEGORIES:
         if getattr(q, name) not in span.categories[name]:
             reasons.append(f"no calibration record with {name} {getattr(q, name)}")
     for x, y in COMBINATIONS:

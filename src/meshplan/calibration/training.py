@@ -30,6 +30,9 @@ PRIOR_WEIGHT = 0.3
 ROBUST_SCALE = 0.15
 """Soft-L1 loss scale in log error: records off by much more than ~15% (software generations
 or set-ups a record cannot express) pull on the fit linearly, not quadratically."""
+UNNAMED_FRAMEWORKS = {"other"}
+"""Framework values that name no framework (a record's own trainer, such as modded-nanogpt's
+script or llm.c): a scale fitted on them would be a knob for whichever source is in the set."""
 GLOBALS = (("moe_overhead_s", 2e-4, 0.0, 5e-3), ("tp_overlap_exposed", 0.3, 0.0, 1.0),
            ("ep_overlap_exposed", 0.7, 0.0, 1.0), ("moe_imbalance", 1.2, 1.0, 2.0),
            ("attention_scale", 1.0, 0.7, 2.5))
@@ -88,7 +91,7 @@ def parameters(cases: list[Case]) -> list[Param]:
         floor = math.log(c.gemm_efficiency / ceiling) if ceiling else math.log(0.5)
         out.append(Param(("architecture", a, "compute_scale"), max(floor, 0.0), floor,
                          math.log(3.0), log=True, prior=True))
-    for f in sorted({c.plan.framework for c in cases}):
+    for f in sorted({c.plan.framework for c in cases} - UNNAMED_FRAMEWORKS):
         out.append(Param(("framework", f, "compute_scale"), 0.0, math.log(0.5), math.log(2.0),
                          log=True, prior=True))
     for f in sorted({c.plan.framework for c in cases if _sharded(c)}):

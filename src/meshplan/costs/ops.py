@@ -59,23 +59,48 @@ def wave_efficiency(m: int, n: int, sms: int) -> float:
     return tiles / (waves * sms)
 
 
+SPLIT_K_MIN = 512
+"""Smallest reduction length one split-K slice gets: below it the partial-sum traffic and the
+extra reduction kernel outweigh the SMs it fills (cuBLAS's and CUTLASS's split-K / stream-K
+heuristics split K only for long reductions; a 128-wide tile's main loop needs a few k-steps
+of 64-128 to hide its pipeline fill)."""
+
+
+def small_gemm_waves(m: int, n: int, k: int, sms: int) -> float:
+    """Useful fraction of the SMs for a GEMM of fewer output tiles than SMs: the kernel is one
+    wave whatever its size, so it takes one tile's main loop at the per-SM rate (the latency
+    floor of a small GEMM); split-K cuts K into up to sms // tiles slices of at least
+    SPLIT_K_MIN to fill more SMs. Multi-wave GEMMs as `wave_efficiency`."""
+    tiles = math.ceil(m / TILE_M) * math.ceil(n / TILE_N)
+    if tiles > sms:
+        return tiles / (math.ceil(tiles / sms) * sms)
+    splits = max(1, min(sms // tiles, k // SPLIT_K_MIN))
+    return tiles * splits / sms
+
+
 LOW_PRECISION = ("fp8", "int8", "fp4")
 """Compute dtypes whose GEMMs reach `fp8_gemm_efficiency` of their peak, not `gemm_efficiency`."""
 
 
 def gemm_time(m: float, n: float, k: float, *, gpu: GPUSpec, dtype: str, c: ComputeConstants,
               clock: float = 1.0, count: int = 1, weight_width: float | None = None,
-              roofline_order: float | None = None) -> float:
+              roofline_order: float | None = None, tile_waves: bool = False) -> float:
     """Seconds for `count` GEMMs of (m x k) @ (k x n) computed in `dtype`
     (bf16/fp16/fp8/int8/fp4/fp32). `weight_width` is the stored bytes per element of the
-    (k x n) weight when it differs from the compute dtype (weight-only quantization)."""
+    (k x n) weight when it differs from the compute dtype (weight-only quantization).
+    `tile_waves` prices GEMMs of fewer tiles than SMs as one wave (`small_gemm_waves`) instead
+    of assuming split-K / stream-K fills every SM (the training model uses it)."""
     if m <= 0 or n <= 0 or k <= 0:
         return 0.0
     flops = 2.0 * m * n * k
     small = min(m, n, k)
     shape = small / (small + c.gemm_half_dim)
     best = c.fp8_gemm_efficiency if dtype in LOW_PRECISION else c.gemm_efficiency
-    eff = best * shape * wave_efficiency(int(m), int(n), gpu.sm_count)
+    if tile_waves:
+        waves = small_gemm_waves(int(m), int(n), int(k), gpu.sm_count)
+    else:
+        waves = wave_efficiency(int(m), int(n), gpu.sm_count)
+    eff = best * shape * waves
     compute = flops / (gpu.peak_flops(dtype) * clock * eff)
     width = {"fp8": 1.0, "int8": 1.0, "fp4": 0.5, "fp32": 4.0}.get(dtype, 2.0)
     weights = k * n * (width if weight_width is None else weight_width)

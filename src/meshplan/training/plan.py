@@ -20,6 +20,7 @@ QUANTIZED = ("fp8", "fp4")
 Optimizer = Literal["adamw", "adam", "sgd", "adafactor"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
 Attention = Literal["flash", "sdpa", "eager"]
+Implementation = Literal["eager", "compiled", "fused"]
 Method = Literal["full", "lora", "qlora"]
 Balance = Literal["none", "sort", "per-doc-cp", "reassign"]
 MoEBalance = Literal["none", "aux-free", "eplb"]
@@ -88,6 +89,12 @@ class TrainingPlan(BaseModel):
     """Training framework; selects the activation kernel profile and defaults."""
     attention: Attention | None = None
     """Attention kernel: flash (fused, Megatron/TE), sdpa, or eager; None: the framework's."""
+    implementation: Implementation | None = None
+    """How the trainer launches its kernels: eager (PyTorch modules dispatched op by op from
+    Python; Transformer Engine's fused modules for Megatron/NeMo), compiled (torch.compile's
+    fused Triton kernels, XLA for MaxText) or fused (a hand-fused C/CUDA trainer such as llm.c:
+    a few kernels per layer launched from C, a fused classifier that never writes fp32 logits);
+    None: the framework's (compiled for maxtext, else eager)."""
     tp_comm_overlap: bool | None = None
     """Overlap tensor-parallel communication with GEMMs (Megatron/TE tp-comm-overlap, torchtitan
     async TP); None: the framework's usual choice (on for NeMo recipes, else off)."""

@@ -52,6 +52,10 @@ class Training(BaseModel):
     """The attention kernel: flash (FlashAttention / cuDNN fused), sdpa (PyTorch's
     scaled_dot_product_attention), eager (explicit score matmul, masked softmax and value matmul
     through memory); null: the framework's default."""
+    implementation: Literal["eager", "compiled", "fused"] | None = None
+    """How the trainer launches its kernels: eager (op by op from Python, or Transformer
+    Engine's fused modules), compiled (torch.compile / XLA), fused (a hand-fused C/CUDA trainer
+    such as llm.c); null: the framework's default."""
 
 
 class Workload(BaseModel):

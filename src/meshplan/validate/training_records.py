@@ -85,6 +85,7 @@ def training_case(record: Record) -> TrainingCase:
         pipeline_split=split, framework=t.framework,
         capacity_factor=1.0 if t.moe_token_dispatch in ("capacity", "forced_balance") else None,
         attention=t.attention or ("eager" if legacy else None),
+        implementation=t.implementation,
         tp_comm_overlap=False if legacy else None,
     )
     return TrainingCase(record, spec, cluster, plan, open_layout=t.tp is None and t.pp is None)

@@ -92,6 +92,7 @@ def _plan_flags(
     framework: str = typer.Option(None, help=_help("framework") + " Default: megatron, or the first "
                                   "framework that runs --method (hf for qlora)."),
     attention: str = typer.Option(None, help=_help("attention")),
+    implementation: str = typer.Option(None, help=_help("implementation")),
     method: str = typer.Option("full", help=_help("method")),
     lora_rank: int = typer.Option(None, help=_help("lora_rank")),
     lora_targets: str = typer.Option(None, help=_help("lora_targets") + " Comma-separated."),

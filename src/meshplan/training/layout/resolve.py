@@ -24,6 +24,8 @@ from meshplan.training.imbalance.routing import expert_shares
 DEFAULT_SHARDING = {"megatron": "optimizer", "nemo": "optimizer", "deepspeed": "optimizer",
                     "torchtitan": "full", "fsdp": "full", "llm-foundry": "full", "maxtext": "full"}
 DEFAULT_ATTENTION = {"megatron": "flash", "nemo": "flash", "hf": "sdpa"}
+DEFAULT_IMPLEMENTATION = {"maxtext": "compiled"}
+"""How a framework launches its kernels when the plan does not say (others: eager)."""
 TP_OVERLAP_FRAMEWORKS = ("nemo", "megatron")
 """Frameworks whose usual set-up overlaps tensor-parallel communication with the GEMMs under
 sequence parallelism: NeMo's recipes turn Transformer Engine's tp-comm-overlap on, and
@@ -81,6 +83,8 @@ class ResolvedPlan:
     """Decoder-layer indices of each pipeline chunk; chunk c runs on stage c % pp."""
     framework: str
     attention: str
+    implementation: str
+    """eager, compiled or fused (see TrainingPlan.implementation)."""
     capacity_factor: float | None
     tp_comm_overlap: bool
     method: str = "full"
@@ -449,7 +453,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
     sharding = plan.dp_sharding or DEFAULT_SHARDING.get(plan.framework, "none")
     if plan.dp_sharding is None:
         chosen["dp_sharding"] = f"{sharding} ({plan.framework}'s usual choice)"
-    _, fallback = profile_for(plan.framework)
+    _, fallback = profile_for(plan.framework, plan.implementation or "eager")
     if fallback:
         chosen["kernel_profile"] = fallback
     shard_group = plan.dp_shard_size or dp * plan.cp
@@ -466,6 +470,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         schedule=_resolve_schedule(plan, vpp, m), rank_order=plan.rank_order, chunk_layers=_chunks(plan, model, vpp, chosen),
         framework=plan.framework,
         attention=_resolve_attention(plan, cluster, chosen),
+        implementation=plan.implementation or DEFAULT_IMPLEMENTATION.get(plan.framework, "eager"),
         capacity_factor=plan.capacity_factor,
         tp_comm_overlap=_tp_overlap(plan, sp, chosen),
         **_resolve_method(plan, model, chosen),

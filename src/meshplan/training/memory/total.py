@@ -47,6 +47,10 @@ where the framework keeps them (torchtitan deletes them after the loss)."""
 LOGIT_TRANSIENT_BYTES = 8.0
 """Extra bytes per logit at the loss peak: the fp32 gradient of the log-softmax and of its input
 while backward starts (the forward's fp32 upcast is of the same size and already freed)."""
+FUSED_LOGIT_BYTES = {"fused": (2.0, 0.0), "compiled": (4.0, 2.0)}
+"""(held, transient) bytes per logit when the trainer fuses the loss (TrainingPlan.implementation):
+llm.c's fused classifier keeps only the bf16 logits and overwrites them with their gradient;
+torch.compile keeps the fp32 log-probabilities for backward and writes a bf16 gradient."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -256,6 +260,9 @@ def logits_bytes(model: ModelSpec, plan: ResolvedPlan, stage: int) -> tuple[floa
         return 0.0, 0.0
     tokens = plan.micro_batch_size * plan.seq_len / plan.cp
     logits = tokens * model.vocab_size / plan.tp
+    if plan.implementation in FUSED_LOGIT_BYTES:
+        held, transient = FUSED_LOGIT_BYTES[plan.implementation]
+        return logits * held, logits * transient
     return logits * LOGIT_BYTES[act.profile_name(plan)], logits * LOGIT_TRANSIENT_BYTES
 
 

@@ -65,7 +65,8 @@ class CostContext:
         return t * self.k.compute_scale
 
     def _gemm(self, m: float, n: float, k: float, dtype: str) -> float:
-        return gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=dtype, c=self.c, clock=self.clock)
+        return gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=dtype, c=self.c, clock=self.clock,
+                         tile_waves=True)
 
     def attention(self, flops: float) -> float:
         """Seconds for fused attention forward doing `flops`."""
@@ -167,6 +168,6 @@ def cost_context(model: ModelSpec, plan: ResolvedPlan, cluster: Cluster,
         tokens=plan.micro_batch_size * plan.seq_len / plan.cp,
         act_width=4.0 if plan.precision == "fp32" else 2.0,
         gemm_dtype=_gemm_dtype(plan, cluster), full_recompute_share=_recompute_share(model, plan),
-        kernel_profile=profile_for(plan.framework)[0],
+        kernel_profile=profile_for(plan.framework, plan.implementation)[0],
         attention_load=doc_imbalance(plan).attention_load if plan.doc_lengths else 1.0,
     )

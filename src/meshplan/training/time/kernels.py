@@ -7,6 +7,12 @@ Per framework, a kernel profile says how its layers are built:
 - te-fused (Megatron-LM, NeMo): Transformer Engine's fused modules; kernels counted from their
   structure, ops per kernel as measured for PyTorch;
 - compiled (MaxText on XLA): one compiled program per step, no per-op host time.
+The plan's `implementation` can override the framework's eager profile:
+- inductor (implementation compiled on a PyTorch framework): torch.compile's generated code
+  launches each fused Triton kernel and extern GEMM from its Python wrapper, without the
+  dispatcher: fewer kernels (pointwise chains fused), one launch each;
+- native-fused (implementation fused, llm.c): a few hand-fused kernels per layer launched from C,
+  cudaLaunchKernel alone.
 A layer pass then costs max(its device time, its host floor) (training/time/layer.py): small
 models and micro-batches wait on the host, large ones never see the floor.
 """
@@ -33,11 +39,20 @@ def _profiles() -> dict:
     return load_packaged(text)["profiles"]
 
 
-def profile_for(framework: str) -> tuple[str, str | None]:
-    """(profile name, a note when the framework has none of its own)."""
+def profile_for(framework: str, implementation: str = "eager") -> tuple[str, str | None]:
+    """(profile name, a note when the framework has none of its own) of a framework run
+    eagerly, compiled or as a hand-fused native trainer (see TrainingPlan.implementation)."""
+    if PROFILE_OF.get(framework) == "compiled":  # XLA: compiled whatever the plan says
+        return "compiled", None
+    if implementation in IMPLEMENTATION_PROFILE:
+        return IMPLEMENTATION_PROFILE[implementation], None
     if framework in PROFILE_OF:
         return PROFILE_OF[framework], None
     return "pytorch-eager", f"no kernel profile for {framework!r}: pytorch-eager's host floor used"
+
+
+IMPLEMENTATION_PROFILE = {"compiled": "inductor", "fused": "native-fused"}
+"""Kernel profile of a non-eager implementation on a PyTorch (or native) trainer."""
 
 
 def archetype(model: ModelSpec) -> str:
@@ -52,6 +67,8 @@ def layer_host_s(profile: str, model: ModelSpec, layer: LayerSpec, tp: int, sp: 
     if profile == "compiled":
         return 0.0, 0.0
     row = _profiles()[profile]
+    if "host_s_per_kernel" in row:
+        return _launched_host_s(row, model, layer, tp, sp, ep)
     if profile == "pytorch-eager":
         forward, backward = row["dense_layer_ops"][archetype(model)]
     else:
@@ -65,6 +82,17 @@ def layer_host_s(profile: str, model: ModelSpec, layer: LayerSpec, tp: int, sp: 
         forward += extra * OPS_PER_KERNEL
         backward += extra * OPS_PER_KERNEL * row["backward_kernel_ratio"]
     return forward * HOST_OP_S, backward * HOST_OP_S
+
+
+def _launched_host_s(row: dict, model: ModelSpec, layer: LayerSpec, tp: int, sp: bool,
+                     ep: int) -> tuple[float, float]:
+    """(forward, backward) host seconds of a layer whose kernels are launched one by one without
+    a per-op dispatcher (torch.compile's wrapper code, a C trainer): kernels x launch time."""
+    forward = row["dense_layer_kernels"][archetype(model)] + ((4 if sp else 2) if tp > 1 else 0)
+    if isinstance(layer.mlp, MoEMLP):
+        forward += row["moe_block_kernels"] + (2 if ep > 1 else 0) - (0 if layer.mlp.shared else DENSE_MLP_KERNELS)
+    host = row["host_s_per_kernel"]
+    return forward * host, forward * row["backward_kernel_ratio"] * host
 
 
 def lora_host_s(profile: str, adapters: int, host: tuple[float, float]) -> tuple[float, float]:

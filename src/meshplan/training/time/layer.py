@@ -19,6 +19,7 @@ from meshplan.model.counts import mean_visible_keys
 from meshplan.model.spec import DenseMLP, LayerSpec, MoEMLP
 from meshplan.training.finetune import adapters as finetune
 from meshplan.training.time.context import CostContext
+from meshplan.training.time.fusion import fused_elements_per_token, fused_memory_applies
 from meshplan.training.time.kernels import layer_host_s, lora_host_s
 from meshplan.training.imbalance.routing import routing_load
 
@@ -117,8 +118,9 @@ def _eager_attention(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
     a, p = layer.attention, ctx.plan
     queries, keys = p.seq_len / p.cp, p.seq_len
     count = p.micro_batch_size * a.num_heads / p.tp
-    scores = count * ctx.gemm(queries, keys, a.head_dim)
-    values = count * ctx.gemm(queries, a.v_head_dim, keys)
+    # one batched GEMM kernel over all heads: their tiles share the SMs' waves
+    scores = ctx.gemm(count * queries, keys, a.head_dim)
+    values = ctx.gemm(count * queries, a.v_head_dim, keys)
     elements = count * queries * keys * ctx.act_width
     forward = scores + values + ctx.memory(EAGER_SCORE_PASSES[0] * elements, kernels=3)
     backward = 2 * (scores + values) + ctx.memory(EAGER_SCORE_PASSES[1] * elements, kernels=4)
@@ -138,6 +140,9 @@ def _memory_bound(ctx: CostContext, layer: LayerSpec) -> float:
     a = layer.attention
     sp = p.tp if p.sequence_parallel else 1
     mlp = layer.mlp
+    if fused_memory_applies(p.implementation, layer):
+        elements = fused_elements_per_token(p.implementation, ctx.model, layer, p.tp, sp)
+        return ctx.memory(elements * ctx.tokens * ctx.act_width, kernels=ctx.k.kernels_per_layer)
     inter = (mlp.intermediate_size if isinstance(mlp, DenseMLP)
              else mlp.expert.intermediate_size * mlp.top_k) / p.tp
     per_token = 2 * (4 * h / sp + 6 * h / sp)  # two norms (read+write), two residual adds

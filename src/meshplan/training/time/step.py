@@ -118,6 +118,18 @@ write 4), row max (read 4), subtract max and exponentiate (read 4, write 4), row
 normalise (read 4, write 4): 30. Backward: scale the saved softmax by the incoming gradient
 (read 4, write 4), cast the gradient back to bf16 for the head GEMM (read 4, write 2): 14."""
 LOSS_KERNELS = 8
+FUSED_LOSS_BYTES_PER_LOGIT = {"compiled": (8, 6), "fused": (2, 4)}
+"""The same per implementation that fuses the loss (TrainingPlan.implementation). torch.compile
+(Inductor) upcasts the bf16 logits in registers: forward reads them twice (row max, then the
+sum of exponentials) and writes the fp32 log-probabilities autograd keeps for backward
+(2 + 2 + 4); backward reads those and writes the bf16 gradient (4 + 2). llm.c's fused classifier
+(fused_classifier_kernel3) reads each row once for the online softmax statistics and once to
+write the gradient over the logits in place, and never materialises probabilities: (2, 4)."""
+
+
+def loss_bytes_per_logit(implementation: str) -> tuple[int, int]:
+    """(forward, backward) HBM bytes per logit of the loss under an implementation."""
+    return FUSED_LOSS_BYTES_PER_LOGIT.get(implementation, LOSS_BYTES_PER_LOGIT)
 
 
 def _embedding_and_head(ctx: CostContext, stage: int) -> tuple[float, float]:
@@ -132,7 +144,7 @@ def _embedding_and_head(ctx: CostContext, stage: int) -> tuple[float, float]:
         vocab = m.vocab_size / p.tp
         head = ctx.gemm(ctx.tokens, vocab, m.hidden_size)
         loss_f, loss_b = (ctx.memory(ctx.tokens * vocab * b, kernels=LOSS_KERNELS // 2)
-                          for b in LOSS_BYTES_PER_LOGIT)
+                          for b in loss_bytes_per_logit(p.implementation))
         fwd, bwd = fwd + head + loss_f, bwd + (1 if frozen else 2) * head + loss_b
     return fwd, bwd
 
