@@ -96,12 +96,13 @@ def _bars(t: dict, axis: str = "y") -> tuple[list, list]:
     return ([None if m is None else v - m for v, m, _ in pairs], [None if a is None else v + a for v, _, a in pairs])
 
 
-@pytest.mark.parametrize(("model", "extrapolates"), [("llama-3.2-1b", False), ("gpt2", True)])
-def test_train_plan_html_draws_each_plans_json_band_as_error_bars(tmp_path, model, extrapolates):
+@pytest.mark.parametrize(("model", "gpu", "extrapolates"),
+                         [("llama-3.2-1b", "a100-sxm-80gb", False), ("gpt2", "mi300x-192gb", True)])
+def test_train_plan_html_draws_each_plans_json_band_as_error_bars(tmp_path, model, gpu, extrapolates):
     """Every ranked point's error bar spans its `intervals.tokens_per_s_per_gpu` of --json (times
     the GPUs), the table lists each band, and the extrapolating plans are crossed out by name."""
     out = tmp_path / "plan.html"
-    data = json.loads(run("train", "plan", "--model", model, "--gpu", "a100-sxm-80gb", "--num-gpus", "8",
+    data = json.loads(run("train", "plan", "--model", model, "--gpu", gpu, "--num-gpus", "8",
                           "--global-batch-size", "32", "--seq-len", "1024", "--top", "4", "--json",
                           "--html", out).stdout)
     figs, text = figures(out), out.read_text()
