@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
+from meshplan.bands.serving import VALIDATE_METRICS, band
+from meshplan.bands.serving_regime import serving_regime_of
 from meshplan.bands.training import estimate_bands
 from meshplan.errors import ConfigError
 from meshplan.training.choose import best_plan
@@ -31,7 +33,7 @@ class Row:
     predicted: float
     rel_error: float
     low: float | None = None
-    """The prediction's p10-p90 band (meshplan.bands; training metrics), or None."""
+    """The prediction's p10-p90 band (meshplan.bands), or None."""
     high: float | None = None
     extrapolating: tuple[str, ...] = ()
     """Why the record lies outside what the calibration records span (empty when inside)."""
@@ -71,9 +73,17 @@ def serving_rows(record: Record) -> list[Row]:
     if not any(measured.values()):
         raise ConfigError("the record measures only max_request_rate_under_slo, which needs "
                           "the capacity search (serve plan), not one simulation")
-    predicted = predict_serving(serving_case(record))
-    return [Row(record.id, "serving", k, v, predicted[k], predicted[k] / v - 1)
-            for k, v in measured.items() if v and predicted[k] == predicted[k]]
+    case = serving_case(record)
+    predicted = predict_serving(case)
+    regime = serving_regime_of(case.model, case.cluster, case.plan, case.workload)
+    rows = []
+    for k, v in measured.items():
+        if v and predicted[k] == predicted[k]:
+            metric, stat = VALIDATE_METRICS[k]
+            b = band(regime, metric, predicted[k], stat)
+            rows.append(Row(record.id, "serving", k, v, predicted[k], predicted[k] / v - 1,
+                            b.low, b.high, b.extrapolating))
+    return rows
 
 
 MAX_WORKERS = 32
