@@ -154,10 +154,16 @@ def metrics_bands(regime: ServingRegime, metrics) -> ServingBands:
         stats = {s: band(regime, name, getattr(p, s), s) for s in STATS if _finite(getattr(p, s))}
         if stats:
             bands[name] = stats
-    reasons = []
-    for kind in KINDS:
-        reasons += [r for r in log_range(regime, kind)[2] if r not in reasons]
-    return ServingBands(bands, tuple(reasons))
+    return ServingBands(bands, extrapolating(regime))
+
+
+def extrapolating(regime: ServingRegime) -> tuple[str, ...]:
+    """Why `regime` lies outside the published runs: the throughput pool's reasons (it spans
+    every record), then, named by quantity, what only a latency pool lacks."""
+    reasons = list(log_range(regime, "throughput")[2])
+    for kind in KINDS[1:]:
+        reasons += [f"{LABEL[kind]}: {r}" for r in log_range(regime, kind)[2] if r not in reasons]
+    return tuple(reasons)
 
 
 def simulation_bands(model, cluster, plan, workload, metrics) -> ServingBands:

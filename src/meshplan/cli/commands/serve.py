@@ -335,7 +335,7 @@ def _render(result: SimulationResult, workload: Workload, bands: ServingBands) -
     console.print(f"workload: {workload.description}")
     console.print(result.metrics.tables(bands.pairs()))
     if bands.extrapolating:
-        console.print(f"[yellow]extrapolating[/]: {'; '.join(bands.extrapolating)} (bands twice as wide)",
+        console.print(f"[yellow]extrapolating[/]: {'; '.join(bands.extrapolating)} (those bands twice as wide)",
                       highlight=False, soft_wrap=True)
     pools = result.pools
     plan = pools[0].plan
