@@ -92,6 +92,11 @@ def render_memory_accuracy(mem: dict) -> str:
             f"{len(errs)} within 10%.{oom_text}\n")
 
 
+SERVING_BANDS = {"throughput": "throughput", "ttft": "TTFT (mean, median)", "ttft_tail": "TTFT p90/p99",
+                 "tpot": "TPOT, ITL, E2E (mean, median)", "tpot_tail": "TPOT p90/p99"}
+"""The serving bands' quantities (meshplan.bands.serving.KINDS) as the accuracy table names them."""
+
+
 def render_serving_accuracy(acc: dict) -> str:
     """Accuracy table of the serving simulator, per GPU and per source."""
     m, engines = acc["by_metric"], acc["engines"]
@@ -101,7 +106,13 @@ def render_serving_accuracy(acc: dict) -> str:
             ["all metrics, leave-one-source-out", *med_p90(acc["leave_one_source_out"]), ""],
             [f"TTFT mean ({m['ttft_ms_mean']['n']} values)", *med_p90(m["ttft_ms_mean"]), ""],
             [f"output tokens/s without the GH200 TP2 values ({sans['n']})", *med_p90(sans), ""]]
-    table = _table(ACCURACY_HEADER, ACCURACY_ALIGN, rows)
+    bands = acc.get("bands", {})
+    rows = [[*r, ""] for r in rows]
+    how = {"in-sample": "calibration records in-sample, held-out ones never fitted"}
+    rows += [[f"{SERVING_BANDS[k]}: {b['n']} values of {b['sources']} sources, "
+              f"{how.get(b.get('calibration_residuals'), 'each left out or held out')}", *med_p90(b), "", band_cell(b)]
+             for k, b in sorted(bands.items(), key=lambda kv: list(SERVING_BANDS).index(kv[0]))]
+    table = _table([*ACCURACY_HEADER, "inside the p10-p90 band"], [*ACCURACY_ALIGN, "---:"], rows)
     gpus = ", ".join(f"{g} {pct(s['median_abs_rel_error'])} / {pct(s['p90_abs_rel_error'])}"
                      for g, s in sorted(acc["by_gpu"].items(), key=lambda kv: kv[1]["median_abs_rel_error"]))
     sources = ", ".join(f"{k} {pct(s['median_abs_rel_error'])} / {pct(s['p90_abs_rel_error'])} ({s['n']})"
@@ -109,6 +120,36 @@ def render_serving_accuracy(acc: dict) -> str:
     mix = ", ".join(f"{n} {e}" for e, n in sorted(engines.items(), key=lambda kv: -kv[1]))
     return (f"{acc['simulated']} of {acc['records']} serving records simulated ({mix}).\n\n{table}\n\n"
             f"Per GPU (median / p90): {gpus}. Per source (median / p90, values): {sources}.\n")
+
+
+SERVING_HOLDOUT_NAMES = {"mlperf-inference-v5.1": "MLPerf Inference v5.1 (Llama 2 70B, Llama 3.1 405B)"}
+HOLDOUT_QUANTITIES = {"throughput": "output tokens/s", "ttft": "TTFT mean", "ttft_p99": "TTFT p99",
+                      "tpot": "TPOT mean", "tpot_p99": "TPOT p99"}
+
+
+def _holdout_row(label: str, f: dict) -> list[str]:
+    if not f.get("n"):
+        return [label, "0", "", "", "", ""]
+    return [label, str(f["n"]), *med_p90(f), spct(f["signed_median"]), band_cell(f)]
+
+
+def render_serving_holdout(d: dict) -> str:
+    """Per held-out serving file: each quantity overall and per engine and GPU generation."""
+    out = []
+    for name, f in d["files"].items():
+        rows = [_holdout_row(f"**{HOLDOUT_QUANTITIES[q]}**, all", f["quantities"][q]) for q in HOLDOUT_QUANTITIES]
+        rows += [_holdout_row(f"output tokens/s, {mode} arrivals", f["modes"][mode]["throughput"])
+                 for mode in sorted(f["modes"])]
+        for q in HOLDOUT_QUANTITIES:
+            rows += [_holdout_row(f"{HOLDOUT_QUANTITIES[q]}, {g}", f["groups"][g][q])
+                     for g in sorted(f["groups"]) if q in f["groups"][g]]
+        table = _table(["quantity", "values", "median abs. error", "p90 abs. error", "signed median",
+                        "inside the p10-p90 band"], ["---", "---:", "---:", "---:", "---:", "---:"], rows)
+        out.append(f"{SERVING_HOLDOUT_NAMES.get(name, name)}: {f['records']} records, {f['skipped']} not "
+                   f"representable; latencies of the {f['sustained']} of {f['timed']} timed runs the "
+                   f"simulated deployment sustains. These records' own residuals are in the bands' pools, so "
+                   f"the last column is not out of sample (the serving accuracy table gives that).\n\n{table}\n")
+    return "\n".join(out)
 
 
 def render_plan_search_speed(d: dict) -> str:
@@ -270,6 +311,7 @@ BLOCKS: dict[str, Block] = {
     "training_accuracy": Block(("training_accuracy", "training_holdout"), render_training_accuracy),
     "memory_accuracy": Block(("memory_accuracy",), render_memory_accuracy),
     "serving_accuracy": Block(("serving_accuracy",), render_serving_accuracy),
+    "serving_holdout": Block(("serving_holdout",), render_serving_holdout),
     "plan_search_speed": Block(("plan_search_speed",), render_plan_search_speed),
     "plan_sanity": Block(("plan_sanity",), render_plan_sanity),
     "estimate_speed": Block(("estimate_speed",), render_estimate_speed),

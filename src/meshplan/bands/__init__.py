@@ -9,7 +9,9 @@ per micro-batch per GPU, scale). A question outside what the records span says s
 
 The residuals and the band's constants come from `scripts/fit_bands.py`
 (`data/residuals.yaml`); `benchmarks/band_coverage.py` measures the promise: 80% of held-out
-records inside their band.
+records inside their band. Serving answers get the same machinery with a serving regime
+(`serving_regime.ServingRegime`) and a pool per quantity (`serving`: throughput, TTFT, TPOT and
+their tails), from `scripts/fit_serving_bands.py` (`data/serving_residuals.yaml`).
 """
 
 from meshplan.bands.band import Band, memory_band, step_time_band, throughput_band, tie_gap

@@ -1,10 +1,28 @@
-"""The regime of a training question: the features that decide which published runs are
-comparable to it, and how far apart two regimes are."""
+"""The regime of a question: the features that decide which published runs are comparable to
+it, and how far apart two regimes are. A regime class names its features (`Features`): the
+training Regime here, the serving one in serving_regime.py."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
+
+
+@dataclass(frozen=True, slots=True)
+class Features:
+    """How a regime class is compared: what a differing category costs, what each factor of two
+    of a numeric feature costs, the numeric features' labels (their calibrated range is checked)
+    and the category pairs whose combination must have been measured."""
+
+    category_cost: dict
+    octave_cost: dict
+    range_label: dict
+    combinations: tuple
+    named: tuple = ()
+    """Categories whose unmeasured value is a reason of its own."""
+    flags: dict = field(default_factory=dict)
+    """Labels of boolean categories: {name: (label when true, label when false)}."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +46,8 @@ class Regime:
     """How the trainer launches its kernels: eager, compiled (torch.compile, XLA) or fused (llm.c):
     host time, fused memory passes and the loss differ between them."""
 
+    FEATURES: ClassVar[Features]
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -49,26 +69,28 @@ OCTAVE_COST = {"hidden_size": 0.5, "tokens_per_microbatch": 0.3, "num_gpus": 0.2
 """Distance per factor of two between numeric features."""
 
 
-def distance(a: Regime, b: Regime) -> float:
-    """How unlike two regimes are (0 for the same); records weigh exp(-distance)."""
-    d = sum(cost for name, cost in CATEGORY_COST.items() if getattr(a, name) != getattr(b, name))
-    for name, cost in OCTAVE_COST.items():
+RANGE_LABEL = {"hidden_size": "model width (hidden size)",
+               "tokens_per_microbatch": "tokens per micro-batch per GPU",
+               "num_gpus": "GPU count"}
+COMBINATIONS = (("architecture", "moe"), ("architecture", "framework"), ("framework", "moe"))
+"""Pairs of categories whose combination must have been measured."""
+Regime.FEATURES = Features(CATEGORY_COST, OCTAVE_COST, RANGE_LABEL, COMBINATIONS,
+                           named=("framework", "implementation", "precision", "architecture"),
+                           flags={"moe": ("MoE", "dense")})
+
+
+def distance(a, b) -> float:
+    """How unlike two regimes of one class are (0 for the same); records weigh exp(-distance)."""
+    f = type(a).FEATURES
+    d = sum(cost for name, cost in f.category_cost.items() if getattr(a, name) != getattr(b, name))
+    for name, cost in f.octave_cost.items():
         d += cost * abs(math.log2(getattr(a, name) / getattr(b, name)))
     return d
 
 
-RANGE_LABEL = {"hidden_size": "model width (hidden size)",
-               "tokens_per_microbatch": "tokens per micro-batch per GPU",
-               "num_gpus": "GPU count"}
-CATEGORIES = ("framework", "implementation", "precision", "architecture")
-"""Categorical features a question must share with some calibration record."""
-COMBINATIONS = (("architecture", "moe"), ("architecture", "framework"), ("framework", "moe"))
-"""Pairs of categories whose combination must have been measured."""
-
-
-def _label(name: str, value) -> str:
-    if name == "moe":
-        return "MoE" if value else "dense"
+def _label(f: Features, name: str, value) -> str:
+    if name in f.flags:
+        return f.flags[name][0] if value else f.flags[name][1]
     return str(value)
 
 
@@ -81,30 +103,32 @@ class Span:
     combinations: dict
 
 
-def span_of(seen: list[Regime]) -> Span:
-    """The span of `seen` (computed once per residual pool)."""
-    ranges = {n: (min(getattr(r, n) for r in seen), max(getattr(r, n) for r in seen)) for n in RANGE_LABEL}
-    categories = {n: {getattr(r, n) for r in seen} for n in CATEGORIES + ("moe",)}
-    combinations = {(x, y): {(getattr(r, x), getattr(r, y)) for r in seen} for x, y in COMBINATIONS}
+def span_of(seen: list) -> Span:
+    """The span of `seen`, regimes of one class (computed once per residual pool)."""
+    f = type(seen[0]).FEATURES
+    ranges = {n: (min(getattr(r, n) for r in seen), max(getattr(r, n) for r in seen)) for n in f.range_label}
+    categories = {n: {getattr(r, n) for r in seen} for n in f.category_cost}
+    combinations = {(x, y): {(getattr(r, x), getattr(r, y)) for r in seen} for x, y in f.combinations}
     return Span(ranges, categories, combinations)
 
 
-def out_of_regime(q: Regime, seen: list[Regime] | Span) -> list[str]:
+def out_of_regime(q, seen: list | Span) -> list[str]:
     """Why `q` lies outside what the regimes `seen` (or their span) cover, empty when inside:
     a numeric feature beyond the measured range, a category never measured, or a combination
     never measured."""
+    f = type(q).FEATURES
     span = seen if isinstance(seen, Span) else span_of(seen)
     reasons = []
-    for name, label in RANGE_LABEL.items():
+    for name, label in f.range_label.items():
         value, (low, high) = getattr(q, name), span.ranges[name]
         if not low <= value <= high:
             reasons.append(f"{label} {value:,.0f} outside the calibrated {low:,.0f}-{high:,.0f}")
-    for name in CATEGORIES:
+    for name in f.named:
         if getattr(q, name) not in span.categories[name]:
-            reasons.append(f"no calibration record with {name} {getattr(q, name)}")
-    for x, y in COMBINATIONS:
+            reasons.append(f"no calibration record with {name} {_label(f, name, getattr(q, name))}")
+    for x, y in f.combinations:
         pair = (getattr(q, x), getattr(q, y))
         known = pair[0] in span.categories[x] and pair[1] in span.categories[y]
         if known and pair not in span.combinations[(x, y)]:
-            reasons.append(f"no calibration record of {_label(x, pair[0])} with {_label(y, pair[1])}")
+            reasons.append(f"no calibration record of {_label(f, x, pair[0])} with {_label(f, y, pair[1])}")
     return reasons

@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
+from meshplan.bands.serving import VALIDATE_METRICS, band
+from meshplan.bands.serving_regime import serving_regime_of
 from meshplan.bands.training import estimate_bands
 from meshplan.errors import ConfigError
 from meshplan.training.choose import best_plan
@@ -31,7 +33,7 @@ class Row:
     predicted: float
     rel_error: float
     low: float | None = None
-    """The prediction's p10-p90 band (meshplan.bands; training metrics), or None."""
+    """The prediction's p10-p90 band (meshplan.bands), or None."""
     high: float | None = None
     extrapolating: tuple[str, ...] = ()
     """Why the record lies outside what the calibration records span (empty when inside)."""
@@ -75,8 +77,15 @@ def serving_rows(record: Record) -> list[Row]:
                           "the capacity search (serve plan), not one simulation")
     case = serving_case(record)
     predicted = predict_serving(case)
-    return [Row(record.id, "serving", k, v, predicted[k], predicted[k] / v - 1, notes=case.notes)
-            for k, v in measured.items() if v and predicted[k] == predicted[k]]
+    regime = serving_regime_of(case.model, case.cluster, case.plan, case.workload)
+    rows = []
+    for k, v in measured.items():
+        if v and predicted[k] == predicted[k]:
+            metric, stat = VALIDATE_METRICS[k]
+            b = band(regime, metric, predicted[k], stat)
+            rows.append(Row(record.id, "serving", k, v, predicted[k], predicted[k] / v - 1,
+                            b.low, b.high, b.extrapolating, notes=case.notes))
+    return rows
 
 
 MAX_WORKERS = 32

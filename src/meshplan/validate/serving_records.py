@@ -3,7 +3,7 @@ and predict its measured metrics with the simulator."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
@@ -25,6 +25,11 @@ capacity search of `serve plan`)."""
 MAX_REQUESTS = 4000
 """Offline records are simulated on at most this many requests: throughput of fixed-length
 offline runs reaches its steady state long before (the tail of the last batch is < 2%)."""
+MAX_REPLICA_REQUESTS = 20_000
+"""Timed-arrival records (poisson, gamma) are simulated on at most this many requests per
+replica: a benchmark that ran for minutes at a high rate holds thousands of requests in flight,
+which a 1,000-request simulation never reaches (it would measure the ramp-up and the drain)."""
+TIMED = ("poisson", "gamma")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +80,8 @@ def _workload(record: Record, seed: int) -> Workload:
     n = w.num_requests or 1000
     if w.mode == "offline":
         n = min(n, MAX_REQUESTS)
+    elif w.mode in TIMED:
+        n = min(n, MAX_REPLICA_REQUESTS * (record.serving.replicas or record.hardware.num_gpus))
     dataset = w.dataset or "fixed"
     spec = WorkloadSpec(arrival=w.mode, request_rate=w.request_rate, burstiness=w.burstiness,
                         concurrency=w.concurrency, num_requests=n, dataset=dataset,
@@ -103,9 +110,33 @@ def serving_case(record: Record, seed: int = 0) -> ServingCase:
     return ServingCase(record, model, cluster, plan, workload, tuple(notes))
 
 
+def one_replica(case: ServingCase) -> tuple[ServingCase, int]:
+    """A timed-arrival record as its first replica alone, and the replica count: round-robin
+    hands replica 0 requests 0, R, 2R, ... of an aggregated deployment's R independent replicas,
+    so it sees exactly that share (at most MAX_REPLICA_REQUESTS of it) and the deployment's
+    throughput is R times its own. Other records are returned as they are, with 1."""
+    plan = case.plan
+    if (case.record.serving.workload.mode not in TIMED or plan.disaggregated is not None
+            or plan.router != "round-robin"):
+        return case, 1
+    share = case.workload.requests[::plan.replicas][:MAX_REPLICA_REQUESTS]
+    requests = [replace(r, id=i) for i, r in enumerate(share)]
+    return replace(case, plan=plan.model_copy(update={"replicas": 1}),
+                   workload=replace(case.workload, requests=requests)), plan.replicas
+
+
+THROUGHPUTS = ("output_tokens_per_s", "total_tokens_per_s", "input_tokens_per_s", "requests_per_s")
+
+
 def predict_serving(case: ServingCase, engine=None) -> dict[str, float]:
     """Simulated values of every serving metric the record could carry."""
+    case, replicas = one_replica(case)
     m = simulate(case.model, case.cluster, case.plan, case.workload, engine=engine).metrics
+    out = _metric_values(m)
+    return {k: v * replicas if k in THROUGHPUTS else v for k, v in out.items()}
+
+
+def _metric_values(m) -> dict[str, float]:
     return {"output_tokens_per_s": m.output_tokens_per_s, "total_tokens_per_s": m.total_tokens_per_s,
             "input_tokens_per_s": m.input_tokens_per_s,
             "requests_per_s": m.requests_per_s, "ttft_ms_mean": m.ttft_ms.mean,

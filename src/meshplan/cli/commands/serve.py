@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from pydantic import ValidationError
 
+from meshplan.bands.serving import ServingBands, simulation_bands
 from meshplan.cli import html_option
 from meshplan.cli import options as opt
 from meshplan.cli.common import (QUIET, console, err_console, finish, print_json, progress, show_progress,
@@ -260,10 +261,11 @@ def simulate_cmd(
                   shown=show_progress(quiet, json_out) and len(workload.requests) >= 5000)
     _write_outputs(result, requests_csv, trace_out)
     verdict = slo_verdict(result, slo, slo_percentile)
+    bands = simulation_bands(spec_model, cluster, plan, workload, result.metrics)
     if json_out:
-        print_json({**result.to_dict(), **chosen, **({"slo": verdict} if verdict else {})})
+        print_json({**result.to_dict(), **chosen, **bands.to_dict(), **({"slo": verdict} if verdict else {})})
     else:
-        _render(result, workload)
+        _render(result, workload, bands)
         _render_verdict(verdict)
 
     def page():
@@ -390,14 +392,17 @@ def _render_verdict(verdict: dict | None) -> None:
                       f"(needed {verdict['percentile']:g}%)", highlight=False)
 
 
-def _render(result: SimulationResult, workload: Workload) -> None:
+def _render(result: SimulationResult, workload: Workload, bands: ServingBands) -> None:
     for pool in result.to_dict()["deployment"]:
         console.print(
             f"[bold]{pool['role']}[/] x{pool['replicas']}: tp={pool['tp']} pp={pool['pp']} ep={pool['ep']} "
             f"max_num_seqs={pool['max_num_seqs']} max_num_batched_tokens={pool['max_num_batched_tokens']} "
             f"KV {pool['kv_cache_gib']:.1f} GiB = {pool['kv_tokens']:,} tokens/replica")
     console.print(f"workload: {workload.description}")
-    console.print(result.metrics)
+    console.print(result.metrics.tables(bands.pairs()))
+    if bands.extrapolating:
+        console.print(f"[yellow]extrapolating[/]: {'; '.join(bands.extrapolating)} (those bands twice as wide)",
+                      highlight=False, soft_wrap=True)
     pools = result.pools
     plan = pools[0].plan
     if plan.lora_adapters:

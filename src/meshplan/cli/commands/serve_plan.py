@@ -123,7 +123,7 @@ def plan_cmd(
                     "seed": seed, "trace": None if trace is None else str(trace), "trace_format": trace_format,
                     "on_error": on_error}
         slo_ms = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms, "percentile": slo_percentile}
-        print_json({**result_dict(result, model), "workload": workload, "slo_ms": slo_ms})
+        print_json({**result_dict(result, model, spec), "workload": workload, "slo_ms": slo_ms})
     else:
         console.print(render(result))
 

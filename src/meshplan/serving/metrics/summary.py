@@ -148,7 +148,13 @@ class ServingMetrics:
         return out
 
     def __rich__(self) -> Group:
-        return Group(_latency_table(self), _summary_table(self))
+        return self.tables()
+
+    def tables(self, bands: dict | None = None) -> Group:
+        """The latency and throughput tables; with `bands` ({"output_tokens_per_s": (low, high),
+        ("ttft_ms", "p99"): (low, high), ...}) a p10-p90 column beside the mean, the p99 and
+        each throughput."""
+        return Group(_latency_table(self, bands), _summary_table(self, bands))
 
 
 def _fmt(x: float | int | None, digits: int = 2) -> str:
@@ -157,37 +163,57 @@ def _fmt(x: float | int | None, digits: int = 2) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:,.{digits}f}"
 
 
-def _latency_table(m: ServingMetrics) -> Table:
+def _span(bands: dict, key, digits: int = 2) -> str:
+    """A band as 'low-high' ('-' when the metric has none)."""
+    low_high = bands.get(key)
+    return "-" if low_high is None else f"{_fmt(low_high[0], digits)}-{_fmt(low_high[1], digits)}"
+
+
+LATENCY_ROWS = (("TTFT (ms)", "ttft_ms"), ("TPOT (ms)", "tpot_ms"), ("ITL (ms)", "itl_ms"), ("E2E (ms)", "e2e_ms"))
+
+
+def _latency_table(m: ServingMetrics, bands: dict | None = None) -> Table:
     table = Table(title="Serving latency")
     table.add_column("Metric")
     for col in ("Mean", "P50", "P90", "P99"):
         table.add_column(col, justify="right")
-    for label, p in (("TTFT (ms)", m.ttft_ms), ("TPOT (ms)", m.tpot_ms),
-                     ("ITL (ms)", m.itl_ms), ("E2E (ms)", m.e2e_ms)):
-        table.add_row(label, *(_fmt(v) for v in (p.mean, p.p50, p.p90, p.p99)))
+    if bands is not None:
+        table.add_column("Mean p10-p90", justify="right")
+        table.add_column("P99 p10-p90", justify="right")
+    for label, name in LATENCY_ROWS:
+        p = getattr(m, name)
+        cells = [_fmt(v) for v in (p.mean, p.p50, p.p90, p.p99)]
+        if bands is not None:
+            cells += [_span(bands, (name, "mean")), _span(bands, (name, "p99"))]
+        table.add_row(label, *cells)
     return table
 
 
-def _summary_table(m: ServingMetrics) -> Table:
+def _summary_table(m: ServingMetrics, bands: dict | None = None) -> Table:
     table = Table(title="Serving throughput")
     table.add_column("Metric")
     table.add_column("Value", justify="right")
+    if bands is not None:
+        table.add_column("p10-p90", justify="right")
     rows = [("Successful requests", _fmt(m.completed)),
             ("Duration (s)", _fmt(m.duration_s, 3)),
             ("Total input tokens", _fmt(m.total_input_tokens)),
             ("Total generated tokens", _fmt(m.total_output_tokens)),
-            ("Request throughput, incl. drain (req/s)", _fmt(m.requests_per_s)),
+            ("Request throughput, incl. drain (req/s)", _fmt(m.requests_per_s), "requests_per_s"),
             ("Request goodput, incl. drain (req/s)", _fmt(m.goodput_requests_per_s)),
             ("Request throughput, steady (req/s)", _fmt(m.steady_requests_per_s)),
             ("Request goodput, steady (req/s)", _fmt(m.steady_goodput_requests_per_s)),
-            ("Output token throughput (tok/s)", _fmt(m.output_tokens_per_s)),
-            ("Total token throughput (tok/s)", _fmt(m.total_tokens_per_s)),
+            ("Output token throughput (tok/s)", _fmt(m.output_tokens_per_s), "output_tokens_per_s"),
+            ("Total token throughput (tok/s)", _fmt(m.total_tokens_per_s), "total_tokens_per_s"),
             ("Prefix cache hit rate", _fmt(m.prefix_cache_hit_rate, 3)),
             ("Mean KV-cache utilization", _fmt(m.mean_kv_utilization, 3)),
             ("Max queue length", _fmt(m.max_queue_len)),
             ("Preemptions", _fmt(m.preemptions))]
-    for row in rows:
-        table.add_row(*row)
+    for label, value, *key in rows:
+        cells = [label, value]
+        if bands is not None:
+            cells.append(_span(bands, key[0]) if key else "")
+        table.add_row(*cells)
     return table
 
 

@@ -8,6 +8,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from meshplan.bands.serving import metrics_bands
+from meshplan.bands.serving_regime import serving_regime
+from meshplan.hardware import get_gpu
 from meshplan.serving.search.capacity import keeps_up
 from meshplan.serving.search.run import SearchResult, deployment_plan
 from meshplan.serving.search.candidates import Candidate, quantized
@@ -36,8 +39,18 @@ def cost_per_million(c: Candidate, price: float | None) -> float | None:
     return None if not tokens else price * c.gpus / 3600 / tokens * 1e6
 
 
-def plan_dict(c: Candidate, r: SearchResult) -> dict:
-    """One plan as JSON: the deployment, its capacity and its latencies at the target rate."""
+def plan_bands(c: Candidate, model) -> dict:
+    """`{"intervals": {...}, "extrapolating": [...]}` of a plan's verified metrics (bands.serving;
+    the requests arrive at a rate: a timed load); intervals None when it was not verified."""
+    if c.verified is None:
+        return {"intervals": None, "extrapolating": []}
+    regime = serving_regime(model, get_gpu(c.gpu).architecture, c.plan, "timed", c.verified.records)
+    return metrics_bands(regime, c.verified.metrics).to_dict()
+
+
+def plan_dict(c: Candidate, r: SearchResult, model=None) -> dict:
+    """One plan as JSON: the deployment, its capacity and its latencies at the target rate, with
+    their p10-p90 bands when the ModelSpec `model` is given."""
     m = c.verified.metrics.to_dict() if c.verified else None
     return {"gpu": c.gpu, "layout": layout(c), "quantized": quantized(c), "replicas": c.replicas, "gpus": c.gpus,
             "plan": deployment_plan(c).model_dump(mode="json"),
@@ -49,7 +62,8 @@ def plan_dict(c: Candidate, r: SearchResult) -> dict:
             "goodput_requests_per_s": m["goodput_requests_per_s"] if m else None,
             "steady_requests_per_s": m["steady_requests_per_s"] if m else None,
             "steady_goodput_requests_per_s": m["steady_goodput_requests_per_s"] if m else None,
-            "keeps_up": keeps_up(c.verified) if c.verified else None, "notes": drain_notes(c, r.rate)}
+            "keeps_up": keeps_up(c.verified) if c.verified else None, "notes": drain_notes(c, r.rate),
+            **(plan_bands(c, model) if model is not None else {})}
 
 
 DRAIN_SHORTFALL = 0.97
@@ -77,10 +91,11 @@ def drain_notes(c: Candidate, rate: float) -> list[str]:
             f"(and the sampled arrivals' own spread){verdict}"]
 
 
-def result_dict(r: SearchResult, model: str) -> dict:
-    """The `serve plan --json` object (`serve export --plan` reads plans[0])."""
+def result_dict(r: SearchResult, model: str, spec=None) -> dict:
+    """The `serve plan --json` object (`serve export --plan` reads plans[0]); with the ModelSpec
+    `spec`, each plan's metrics carry their bands."""
     return {"model": model, "request_rate": r.rate, "slo": r.targets.label(), "objective": r.objective,
-            "plans": [plan_dict(c, r) for c in r.ranked],
+            "plans": [plan_dict(c, r, spec) for c in r.ranked],
             "infeasible": [{"gpu": c.gpu, "layout": layout(c), "misses": misses(c), "reason": reason(c, r)}
                            for c in r.infeasible],
             "smallest_beyond_max_gpus": None if r.smallest_beyond is None else {
