@@ -68,6 +68,7 @@ LABELS = {
     "slo_ttft_ms": "TTFT objective (ms)", "slo_tpot_ms": "TPOT objective (ms)", "slo_e2e_ms": "End-to-end objective (ms)",
     "slo_percentile": "Requests meeting the objectives (%)", "seed": "Random seed",
     "lengths_file": "Lengths file (CLI only)", "histogram": "Length histogram",
+    "implementation": "Trainer implementation (eager, compiled, fused)",
     "input": "Prompt lengths", "output": "Output lengths", "spearman": "Prompt/output rank correlation", "edges": "Bin edges (tokens)", "counts": "Requests per bin",
 }
 """Field name -> form label. A field name means the same thing in every request, so one label each."""
