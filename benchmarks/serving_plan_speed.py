@@ -12,6 +12,7 @@ from meshplan.serving.search.candidates import Space
 from meshplan.serving.search.capacity import Targets
 from meshplan.serving.search.report import layout
 from meshplan.serving.search.run import search
+from meshplan.serving.search.trials import sized_unit
 from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 
 import readme_blocks  # benchmarks/readme_blocks.py
@@ -22,12 +23,20 @@ WORKERS = 2
 def main() -> None:
     start = time.perf_counter()
     model = load_model("llama-3.1-70b")
-    unit = synthesize(WorkloadSpec(arrival="poisson", request_rate=1.0, num_requests=800, dataset="sharegpt"), seed=0)
-    result = search(model, [Cluster.build("h100-sxm-80gb", 16)], unit, 20.0, Targets(ttft_ms=2000, tpot_ms=100),
-                    max_gpus=16, workers=WORKERS, space=Space(quantize=True))  # fp8 allowed, as the case says
+    targets = Targets(ttft_ms=2000, tpot_ms=100)
+
+    def make(n: int):
+        return synthesize(WorkloadSpec(arrival="poisson", request_rate=1.0, num_requests=n, dataset="sharegpt"),
+                          seed=0), 20.0
+
+    unit, rate, window = sized_unit(make, targets, None)  # trials sized by duration, as the CLI does
+    result = search(model, [Cluster.build("h100-sxm-80gb", 16)], unit, rate, targets, max_gpus=16,
+                    workers=WORKERS, space=Space(quantize=True), window=window)  # fp8 allowed, as the case says
     wall = time.perf_counter() - start
     print(f"serve plan llama-3.1-70b, <= 16 x h100-sxm-80gb, Poisson 20 req/s ShareGPT-like, "
           f"P90 TTFT 2 s / P90 TPOT 100 ms: {wall:.1f} s wall (2 workers)")
+    low, high = result.requests_per_trial
+    print(f"  {low}-{high} requests per trial (arrivals over {window:.0f} s at the target rate)")
     print(f"  simulated {result.simulated} plans ({result.simulations} simulations); pruned "
           f"{sum(result.pruned.values())} analytically: {result.pruned}")
     for i, c in enumerate(result.ranked, 1):
@@ -36,7 +45,8 @@ def main() -> None:
     readme_blocks.save("serving_plan_speed", {
         "case": "llama-3.1-70b, up to 16 H100, Poisson 20 req/s ShareGPT-like, P90 TTFT 2 s / TPOT 100 ms, fp8 allowed",
         "wall_s": wall, "workers": WORKERS, "simulated": result.simulated,
-        "simulations": result.simulations, "pruned": sum(result.pruned.values())})
+        "simulations": result.simulations, "pruned": sum(result.pruned.values()),
+        "requests_per_trial": list(result.requests_per_trial)})
 
 
 if __name__ == "__main__":

@@ -39,6 +39,18 @@ def _targets(ttft, tpot, e2e, percentile) -> Targets:
     return Targets(ttft_ms=ttft, tpot_ms=tpot, e2e_ms=e2e, percentile=percentile)
 
 
+def sized_unit_workload(t: Targets, num_requests: int | None, *, trace, trace_format, on_error, seed, rate,
+                        **spec):
+    """(unit workload, target rate, trial window) of a search: `num_requests` requests, or as many
+    as the duration rule of meshplan.serving.search.trials asks for at the target rate."""
+    from meshplan.serving.search.trials import sized_unit
+
+    def make(n: int):
+        return unit_workload(trace, trace_format, on_error, seed, rate, num_requests=n, **spec)
+
+    return sized_unit(make, t, num_requests)
+
+
 def _prices(items: list[str]) -> dict[str, float]:
     out = {}
     for item in items or []:
@@ -78,7 +90,9 @@ def plan_cmd(
     range_ratio: float = typer.Option(None, help="random: lengths uniform in [L(1-r), L(1+r)]."),
     burstiness: float = typer.Option(None, help="Gamma shape of inter-arrivals (< 1 burstier; 1 = Poisson)."),
     shared_prefix_len: int = typer.Option(None, help="Tokens of a shared system prompt."),
-    num_requests: int = typer.Option(800, help="Requests per simulation."),
+    num_requests: int = typer.Option(
+        None, help="Requests per simulation (default: sized by duration, so each trial's arrivals span "
+        "3 request lifetimes at its rate, 800 to 16,000 requests; see docs/serving/plan-search.md)."),
     trace: Path = typer.Option(None, "--trace", help="Plan for this trace's traffic instead."),
     trace_format: str = typer.Option(None, help="burstgpt, azure or mooncake (default: told from the file's first line)."),
     on_error: str = typer.Option("stop", help="Malformed trace rows: stop or skip."),
@@ -107,19 +121,20 @@ def plan_cmd(
 
     t = _targets(slo_ttft_ms, slo_tpot_ms, slo_e2e_ms, slo_percentile)
     lengths = lengths_flags(dataset, lengths_file, default="sharegpt")
-    unit, rate = unit_workload(trace, trace_format, on_error, seed, request_rate, num_requests=num_requests,
-                                **lengths, input_len=input_len, output_len=output_len,
-                                range_ratio=range_ratio, burstiness=burstiness, shared_prefix_len=shared_prefix_len)
+    unit, rate, window = sized_unit_workload(
+        t, num_requests, trace=trace, trace_format=trace_format, on_error=on_error, seed=seed, rate=request_rate,
+        **lengths, input_len=input_len, output_len=output_len, range_ratio=range_ratio, burstiness=burstiness,
+        shared_prefix_len=shared_prefix_len)
     spec = load_model(model)
     clusters = [Cluster.build(g, 1) for g in gpu]  # hardware only; each plan is sized in the search
     space = Space(engine=engine, quantize=quantization, disaggregate=not no_disaggregation,
                   memory_headroom_bytes=(memory_headroom or 0.0) * 2**30)
     with progress("searching deployments", show_progress(quiet, json_out)):
         result = search(spec, clusters, unit, rate, t, max_gpus=max_gpus, objective=objective,
-                        prices=_prices(price), space=space, top=top, workers=workers)
+                        prices=_prices(price), space=space, top=top, workers=workers, window=window)
     if json_out:
         workload = {**lengths, "input_len": input_len, "output_len": output_len, "range_ratio": range_ratio,
-                    "burstiness": burstiness, "shared_prefix_len": shared_prefix_len, "num_requests": num_requests,
+                    "burstiness": burstiness, "shared_prefix_len": shared_prefix_len, "num_requests": len(unit),
                     "seed": seed, "trace": None if trace is None else str(trace), "trace_format": trace_format,
                     "on_error": on_error}
         slo_ms = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms, "e2e_ms": slo_e2e_ms, "percentile": slo_percentile}

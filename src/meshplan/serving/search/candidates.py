@@ -222,21 +222,22 @@ def disaggregated(replicas: list[Candidate], rate: float, max_gpus: int, pruned:
     return out
 
 
-def job_args(model, cluster: Cluster, plan: ServingPlan, unit: Workload, t: Targets, upper: float) -> tuple:
+def job_args(model, cluster: Cluster, plan: ServingPlan, unit: Workload, t: Targets, upper: float,
+             window: float | None = None) -> tuple:
     """Picklable arguments of `_job` (the GPU travels by catalog name)."""
     hw = (cluster.gpu.name, cluster.gpus_per_node, cluster.scale_up_domain,
           cluster.inter_node_bandwidth_bytes_per_s_per_gpu, cluster.power_limit_w)
-    return model, hw, plan, unit, t, upper
+    return model, hw, plan, unit, t, upper, window
 
 
 def _job(args) -> Capacity:
     """Capacity of one candidate (run in a worker process; the simulation is not sent back)."""
-    model, (gpu, per_node, domain, network, power), plan, unit, t, upper = args
+    model, (gpu, per_node, domain, network, power), plan, unit, t, upper, window = args
     cluster = _sized(Cluster(gpu=get_gpu(gpu), num_gpus=1, gpus_per_node=per_node, scale_up_domain=domain,
                              inter_node_bandwidth_bytes_per_s_per_gpu=network, power_limit_w=power),
                      plan.num_gpus)
     try:
-        cap = capacity(model, cluster, plan, unit, t, upper=upper)
+        cap = capacity(model, cluster, plan, unit, t, upper=upper, window=window)
     except MeshplanError:
         return Capacity(rate=0.0, margins={}, result=None, simulations=1)
     return dataclasses.replace(cap, result=None)

@@ -20,6 +20,7 @@ from meshplan.model.spec import ModelSpec
 from meshplan.serving.metrics.summary import SLO
 from meshplan.serving.plan import ServingPlan
 from meshplan.serving.traffic.request import RequestRecord
+from meshplan.serving.search.trials import MIN_TRIAL_REQUESTS, requests_for
 from meshplan.serving.simulate import SimulationResult, simulate
 from meshplan.serving.traffic.workload import Workload
 
@@ -75,6 +76,17 @@ def at_rate(unit: Workload, rate: float) -> Workload:
     return dataclasses.replace(unit, requests=reqs, description=f"{unit.description} at {rate:.3g} req/s")
 
 
+def trial_workload(unit: Workload, rate: float, window: float | None) -> Workload:
+    """`unit` at `rate`: all of it without a trial window (meshplan.serving.search.trials), else
+    its first requests_for(window, rate) (the same first requests in every trial: common random
+    numbers)."""
+    if window is not None:
+        n = requests_for(window, rate)
+        if n < len(unit):
+            unit = dataclasses.replace(unit, requests=unit.requests[:n])
+    return at_rate(unit, rate)
+
+
 KEEP_UP_SHARE = 0.97
 """A run keeps up when its steady throughput reaches this share of its arrivals' own rate."""
 
@@ -98,9 +110,12 @@ or above saturation can still meet percentile SLOs while its queue grows without
 rates above 95% of what the deployment can process at all are never called sustainable."""
 
 
-def saturated_rate(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Workload) -> float:
-    """Requests/s the deployment completes with every request queued at once."""
-    reqs = [dataclasses.replace(r, arrival_s=0.0) for r in unit.requests]
+def saturated_rate(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Workload,
+                   window: float | None = None) -> float:
+    """Requests/s the deployment completes with every request queued at once (with a trial
+    window, the first MIN_TRIAL_REQUESTS of `unit`: a bigger offline batch only costs time)."""
+    reqs = unit.requests[:MIN_TRIAL_REQUESTS] if window is not None else unit.requests
+    reqs = [dataclasses.replace(r, arrival_s=0.0) for r in reqs]
     offline = dataclasses.replace(unit, requests=reqs, concurrency=None)
     return simulate(model, cluster, plan, offline).metrics.requests_per_s
 
@@ -124,13 +139,14 @@ class Capacity:
 
 
 def capacity(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Workload, t: Targets, *,
-             upper: float | None = None, rel_tol: float = 0.03, max_sims: int = 12) -> Capacity:
+             upper: float | None = None, rel_tol: float = 0.03, max_sims: int = 12,
+             window: float | None = None) -> Capacity:
     """Bisect the request rate in (0, min(upper, 95% of saturation)] for the largest one
-    meeting `t`."""
+    meeting `t`; each trial's arrivals span `window` seconds when given (trial_workload)."""
     probes: dict[float, dict[str, float]] = {}
 
     def trial(rate: float) -> tuple[bool, dict, SimulationResult]:
-        res = simulate(model, cluster, plan, at_rate(unit, rate))
+        res = simulate(model, cluster, plan, trial_workload(unit, rate, window))
         m = probes[rate] = margins(res.records, t)
         return all(v <= 1.0 for v in m.values()), m, res
 
@@ -138,7 +154,7 @@ def capacity(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Worklo
         return Capacity(rate=rate, margins=m, result=res, simulations=sims, limited_by=limited_by,
                         probes=tuple(sorted(probes.items())))
 
-    hi = UTILIZATION_CAP * saturated_rate(model, cluster, plan, unit)
+    hi = UTILIZATION_CAP * saturated_rate(model, cluster, plan, unit, window)
     hi = min(hi, upper) if upper else hi
     lo, sims = hi / 64, 2
     ok, m_hi, res_hi = trial(hi)  # first: most plans keep their SLOs up to the cap

@@ -14,6 +14,7 @@ from meshplan.hardware import get_gpu
 from meshplan.serving.search.capacity import keeps_up
 from meshplan.serving.search.run import SearchResult, deployment_plan
 from meshplan.serving.search.candidates import Candidate, quantized
+from meshplan.serving.search.trials import MAX_TRIAL_REQUESTS, MIN_TRIAL_REQUESTS, WINDOW_LIFETIMES
 
 NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E"}
 
@@ -103,7 +104,20 @@ def result_dict(r: SearchResult, model: str, spec=None) -> dict:
                 "replicas": r.smallest_beyond.replicas, "gpus": r.smallest_beyond.gpus,
                 "simulated": r.smallest_beyond.capacity is not None},
             "search": {"simulated_plans": r.simulated, "simulations": r.simulations,
-                       "pruned": r.pruned, "pruned_total": sum(r.pruned.values()), "wall_s": r.wall_s}}
+                       "pruned": r.pruned, "pruned_total": sum(r.pruned.values()), "wall_s": r.wall_s,
+                       **trial_dict(r)}}
+
+
+def trial_dict(r: SearchResult) -> dict:
+    """How long each trial was (meshplan.serving.search.trials): the requests it simulated, the
+    arrival window it spans, and the warm-up left out of its percentiles (none: the window is
+    long enough that the empty-system start is a small share of the requests)."""
+    low, high = r.requests_per_trial
+    return {"requests_per_trial": {"min": low, "max": high},
+            "trial_window_s": r.trial_window_s, "warm_up_excluded_requests": 0,
+            "trial_rule": ("fixed --num-requests" if r.trial_window_s is None else
+                           f"arrivals span {WINDOW_LIFETIMES:g} request lifetimes (TTFT + mean output x TPOT "
+                           f"objectives, or E2E), {MIN_TRIAL_REQUESTS}-{MAX_TRIAL_REQUESTS} requests")}
 
 
 def reason(c: Candidate, r: SearchResult) -> str:

@@ -16,6 +16,7 @@ from meshplan.serving.search.candidates import (
     OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, deployment_plan, disaggregated, job_args,
     quantized, score, whole_replicas,
 )
+from meshplan.serving.search.trials import MIN_TRIAL_REQUESTS
 from meshplan.serving.simulate import simulate
 from meshplan.serving.traffic.workload import Workload
 
@@ -40,12 +41,19 @@ class SearchResult:
     smallest_beyond: Candidate | None = None
     """When no plan fits: the smallest deployment that could, beyond --max-gpus (its replicas
     from its simulated capacity, or from the analytical bound when it was not simulated)."""
+    trial_window_s: float | None = None
+    """Seconds of arrivals each capacity trial spans (meshplan.serving.search.trials); None:
+    every trial replays the whole unit workload."""
+    requests_per_trial: tuple[int, int] = (0, 0)
+    """Fewest and most requests a trial simulates (the most: the verification at the target rate)."""
 
 
 def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: float, t: Targets, *,
            max_gpus: int, objective: str = "min-gpus", prices: dict[str, float] | None = None,
-           space: Space | None = None, top: int = 5, workers: int = 2) -> SearchResult:
-    """The best deployments serving `rate` requests/s of `unit`'s traffic within `t`."""
+           space: Space | None = None, top: int = 5, workers: int = 2,
+           window: float | None = None) -> SearchResult:
+    """The best deployments serving `rate` requests/s of `unit`'s traffic within `t`; each
+    capacity trial's arrivals span `window` seconds when given (trials.sized_unit gives it)."""
     start, prices, space = time.perf_counter(), prices or {}, space or Space()
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
@@ -62,7 +70,7 @@ def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: floa
             cands += disaggregated(reps, rate, max_gpus, pruned)
     cands.sort(key=lambda c: best_case(c, rate, objective, prices.get(c.gpu)))
     done, sims = _evaluate(model, {c.gpu.name: c for c in clusters}, unit, rate, t, cands, objective,
-                           prices, top, workers, pruned, space.quantize)
+                           prices, top, workers, pruned, space.quantize, window)
     feasible = [c for c in done if c.capacity.rate > 0 and c.gpus <= max_gpus]
     feasible.sort(key=lambda c: score(c, objective, prices.get(c.gpu)))
     chosen = _shown(feasible, top, space.quantize)
@@ -75,7 +83,13 @@ def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: floa
     return SearchResult(ranked=ranked, infeasible=infeasible, rate=rate, targets=t, objective=objective,
                         prices=prices, simulated=len(done), simulations=sims, pruned=dict(pruned),
                         wall_s=time.perf_counter() - start, max_gpus=max_gpus,
-                        quantize=space.quantize, smallest_beyond=smallest)
+                        quantize=space.quantize, smallest_beyond=smallest, trial_window_s=window,
+                        requests_per_trial=_trial_sizes(len(unit), window))
+
+
+def _trial_sizes(size: int, window: float | None) -> tuple[int, int]:
+    """(fewest, most) requests a trial simulates: the whole unit without a window."""
+    return (size, size) if window is None else (min(size, MIN_TRIAL_REQUESTS), size)
 
 
 def _shown(feasible: list[Candidate], top: int, quantize: bool) -> list[Candidate]:
@@ -89,7 +103,8 @@ def _shown(feasible: list[Candidate], top: int, quantize: bool) -> list[Candidat
     return chosen
 
 
-def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, workers, pruned, by_precision=False):
+def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, workers, pruned, by_precision=False,
+              window=None):
     """Capacity of candidates in best-case order, `workers` at a time, skipping those whose
     best case cannot enter the current top `top` (of their own precision class with
     `by_precision`: or cannot beat the best plan found of their own precision, so the best at
@@ -115,7 +130,7 @@ def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, wor
                     pruned["bound: cannot beat the plans found"] += 1
                     continue
                 batch.append(c)
-            jobs = [job_args(model, clusters[c.gpu], c.plan, unit, t, None) for c in batch]
+            jobs = [job_args(model, clusters[c.gpu], c.plan, unit, t, None, window) for c in batch]
             results = list(pool.map(_job, jobs)) if pool else [_job(j) for j in jobs]
             for c, cap in zip(batch, results):
                 c.capacity, sims = cap, sims + cap.simulations
