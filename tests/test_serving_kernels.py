@@ -92,6 +92,7 @@ def test_fp8_dispatch_shrinks_the_expert_all_to_all():
     assert kernels.dispatch_bytes_per_element("sglang", "fp8") == pytest.approx(1 + 4 / 128)
     assert kernels.dispatch_bytes_per_element("sglang", "bf16") == 2.0
     assert kernels.dispatch_bytes_per_element("vllm", "fp8") == 2.0
+    assert kernels.dispatch_bytes_per_element("tensorrt-llm-pytorch", "fp8") == 2.0  # fitted at 16 bits
     plan = ServingPlan(engine="sglang", weights_dtype="fp8", tp=8, ep=8)
     fp8, wide = _cost("qwen3-235b-a22b", "h100-sxm-80gb", plan), _cost("qwen3-235b-a22b", "h100-sxm-80gb", plan)
     wide.dispatch_width = 2.0  # the same step with a 16-bit dispatch

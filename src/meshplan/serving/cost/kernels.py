@@ -27,10 +27,13 @@ FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
 (DeepEP's and DeepGEMM's 1x128 activation blocks)."""
 COMBINE_BYTES = 2.0
 """Bytes per hidden element of a combine: expert outputs return in BF16 (DeepEP's tables)."""
-FP8_DISPATCH_ENGINES = ("sglang", "tensorrt-llm", "tensorrt-llm-pytorch")
+FP8_DISPATCH_ENGINES = ("sglang",)
 """Engines whose expert-parallel all-to-all quantizes tokens to FP8 before dispatch when the
-experts compute in FP8/FP4: SGLang's DeepEP path and TensorRT-LLM's MoE all-to-all. vLLM's
-default all-to-all backend moves the 16-bit activations."""
+experts compute in FP8/FP4: SGLang's wide-EP path (DeepEP, FP8 dispatch and BF16 combine as in
+DeepEP's tables). vLLM's default all-to-all backend moves the 16-bit activations. TensorRT-LLM
+stays at 16 bits: its fitted constants were fitted with a 16-bit all-to-all, and pricing its
+dispatch in FP8 without a refit moves its Qwen3-235B records 4-10 points further from their
+measurements."""
 
 
 @functools.cache
