@@ -29,6 +29,7 @@ from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.serving.cost.constants import EngineConstants
 from meshplan.serving.cost.graphs import GraphPolicy
+from meshplan.serving.cost.kernels import COMBINE_BYTES, dispatch_bytes_per_element
 from meshplan.serving.cost.kvquant import dequant_s_per_byte
 from meshplan.serving.cost.lora import layer_widths, lora_time
 from meshplan.serving.cost.memory import KVLayout, kv_dtype, stage_layers, weight_bits
@@ -65,8 +66,17 @@ class IterationCost:
         self.c = replace(constants_for(cluster.gpu), hbm_efficiency=engine.weight_read_efficiency)
         g = engine.grouped_gemm_efficiency
         self.c_experts = replace(self.c, gemm_efficiency=self.c.gemm_efficiency * g,
-                                 fp8_gemm_efficiency=self.c.fp8_gemm_efficiency * g)
+                                 fp8_gemm_efficiency=self.c.fp8_gemm_efficiency * g,
+                                 gemm_half_dim=self.c.gemm_half_dim * g)
+        """Expert GEMMs. Grouping (permutation, per-row scales, scheduling over experts) slows
+        the work of each routed row by 1/g, not the tile a few decode rows pad an expert to:
+        with the shape law's m/(m + half_dim), compute costs (m/g + half_dim) rows' time instead
+        of (m + half_dim)/g, so an expert that 2 decode tokens reach stays weight-bandwidth bound
+        as DeepGEMM's small-M kernels are (serving/data/kernel_rates.yaml), while the large-M,
+        compute-bound rate is still g of the dense one."""
         self.dtype = compute_dtype(plan, cluster)
+        self.dispatch_width = dispatch_bytes_per_element(plan.engine, self.dtype)
+        """Bytes per hidden element of an expert-parallel dispatch (FP8 + scales, or 16 bits)."""
         self.wwidth = weight_bits(plan.weights_dtype) / 8
         self.layers = Counter(stage_layers(model, plan.pp))
         self.num_layers = sum(self.layers.values())
@@ -225,11 +235,17 @@ class IterationCost:
         return calls * (collective_time("all_reduce", size, self.tp_group, self.cluster) + self.k.collective_s)
 
     def _ep_comm(self, layer: LayerSpec, t: int) -> float:
+        """Dispatch of each token's top-k copies to the experts' ranks and the combine back: the
+        busiest rank's share over the expert-parallel group, the dispatch in FP8 where the engine
+        quantizes before sending (meshplan.serving.cost.kernels), the combine in 16 bits."""
         mlp = layer.mlp
         if not isinstance(mlp, MoEMLP) or self.plan.ep == 1:
             return 0.0
-        size = t * mlp.top_k * self.model.hidden_size * 2.0 * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
-        return 2 * (collective_time("all_to_all", size, self.ep_group, self.cluster) + self.k.collective_s)
+        rows = t * mlp.top_k * self.model.hidden_size * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
+        time = 2 * self.k.collective_s
+        for width in (self.dispatch_width, COMBINE_BYTES):
+            time += collective_time("all_to_all", rows * width, self.ep_group, self.cluster)
+        return time
 
     def lora(self, tokens: int, adapters: int) -> float:
         """Batched LoRA kernels of an iteration of `tokens` rows using `adapters` distinct
