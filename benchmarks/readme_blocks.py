@@ -35,8 +35,11 @@ def spct(x: float, digits: int = 1) -> str:
     return f"{x * 100:+.{digits}f}%"
 
 
-def med_p90(s: dict) -> list[str]:
-    """The median and p90 of an error_stats dict, as two table cells."""
+def med_p90(s: dict | None) -> list[str]:
+    """The median and p90 of an error_stats dict, as two table cells (None: a figure the last fit
+    did not measure, e.g. a refit without --loso)."""
+    if s is None:
+        return ["not re-measured since the last refit", ""]
     return [pct(s["median_abs_rel_error"]), pct(s["p90_abs_rel_error"])]
 
 
@@ -287,7 +290,7 @@ def render_validated_against(acc: dict, holdout: dict, mem: dict, serving: dict)
         ["serving output tokens/s", f"{out['n']} values of {serving['simulated']} published benchmarks "
          f"({mix}) on {len(serving['by_gpu'])} GPU models", *med_p90(out), ""],
         ["serving, every published metric, each source left out",
-         f"{serving['leave_one_source_out']['n']} values from {len(serving['by_source'])} sources",
+         f"{(serving['leave_one_source_out'] or serving['all'])['n']} values from {len(serving['by_source'])} sources",
          *med_p90(serving["leave_one_source_out"]), ""],
     ]
     return _table(["predicted", "measured in", "median abs. error", "p90 abs. error",
