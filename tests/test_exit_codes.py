@@ -61,7 +61,7 @@ def test_serve_simulate_exit_1_when_slos_are_not_met():
     ("serve", "simulate", "--model", "llama-3.1-8b", *H100, "--slo-ttft-ms", "100",
      "--slo-percentile", "0"),
     # bounds instead of a simulation that would look like a hang (serving/traffic/workload.py MAX_*)
-    ("serve", "simulate", "--model", "llama-3.1-8b", *H100, "--num-requests", "10000000"),
+    ("serve", "simulate", "--model", "llama-3.1-8b", *H100, "--num-requests", "1000000000"),
     ("serve", "simulate", "--model", "llama-3.1-8b", *H100, "--input-len", "100000000"),
     ("serve", "plan", "--model", "llama-3.1-8b", *H100, "--max-gpus", "1", "--request-rate", "1",
      "--num-requests", "10000000"),
