@@ -66,14 +66,7 @@ class IterationCost:
         self.c = replace(constants_for(cluster.gpu), hbm_efficiency=engine.weight_read_efficiency)
         g = engine.grouped_gemm_efficiency
         self.c_experts = replace(self.c, gemm_efficiency=self.c.gemm_efficiency * g,
-                                 fp8_gemm_efficiency=self.c.fp8_gemm_efficiency * g,
-                                 gemm_half_dim=self.c.gemm_half_dim * g)
-        """Expert GEMMs. Grouping (permutation, per-row scales, scheduling over experts) slows
-        the work of each routed row by 1/g, not the tile a few decode rows pad an expert to:
-        with the shape law's m/(m + half_dim), compute costs (m/g + half_dim) rows' time instead
-        of (m + half_dim)/g, so an expert that 2 decode tokens reach stays weight-bandwidth bound
-        as DeepGEMM's small-M kernels are (serving/data/kernel_rates.yaml), while the large-M,
-        compute-bound rate is still g of the dense one."""
+                                 fp8_gemm_efficiency=self.c.fp8_gemm_efficiency * g)
         self.dtype = compute_dtype(plan, cluster)
         self.dispatch_width = dispatch_bytes_per_element(plan.engine, self.dtype)
         """Bytes per hidden element of an expert-parallel dispatch (FP8 + scales, or 16 bits)."""
