@@ -222,22 +222,31 @@ def disaggregated(replicas: list[Candidate], rate: float, max_gpus: int, pruned:
     return out
 
 
+def portable(cluster: Cluster) -> tuple:
+    """`cluster` as picklable values for a worker process (the GPU travels by catalog name)."""
+    return (cluster.gpu.name, cluster.gpus_per_node, cluster.scale_up_domain,
+            cluster.inter_node_bandwidth_bytes_per_s_per_gpu, cluster.power_limit_w)
+
+
+def rebuilt(hw: tuple, n: int) -> Cluster:
+    """The cluster of `portable(...)` with room for `n` GPUs."""
+    gpu, per_node, domain, network, power = hw
+    return _sized(Cluster(gpu=get_gpu(gpu), num_gpus=1, gpus_per_node=per_node, scale_up_domain=domain,
+                          inter_node_bandwidth_bytes_per_s_per_gpu=network, power_limit_w=power), n)
+
+
 def job_args(model, cluster: Cluster, plan: ServingPlan, unit: Workload, t: Targets, upper: float,
-             window: float | None = None) -> tuple:
-    """Picklable arguments of `_job` (the GPU travels by catalog name)."""
-    hw = (cluster.gpu.name, cluster.gpus_per_node, cluster.scale_up_domain,
-          cluster.inter_node_bandwidth_bytes_per_s_per_gpu, cluster.power_limit_w)
-    return model, hw, plan, unit, t, upper, window
+             window: float | None = None, saturated: float | None = None) -> tuple:
+    """Picklable arguments of `_job` (capacity's)."""
+    return model, portable(cluster), plan, unit, t, upper, window, saturated
 
 
 def _job(args) -> Capacity:
     """Capacity of one candidate (run in a worker process; the simulation is not sent back)."""
-    model, (gpu, per_node, domain, network, power), plan, unit, t, upper, window = args
-    cluster = _sized(Cluster(gpu=get_gpu(gpu), num_gpus=1, gpus_per_node=per_node, scale_up_domain=domain,
-                             inter_node_bandwidth_bytes_per_s_per_gpu=network, power_limit_w=power),
-                     plan.num_gpus)
+    model, hw, plan, unit, t, upper, window, saturated = args
+    cluster = rebuilt(hw, plan.num_gpus)
     try:
-        cap = capacity(model, cluster, plan, unit, t, upper=upper, window=window)
+        cap = capacity(model, cluster, plan, unit, t, upper=upper, window=window, saturated=saturated)
     except MeshplanError:
         return Capacity(rate=0.0, margins={}, result=None, simulations=1)
     return dataclasses.replace(cap, result=None)

@@ -136,13 +136,17 @@ class Capacity:
     probes: tuple[tuple[float, dict[str, float]], ...] = ()
     """Every rate the search simulated with its margins, by rate: the deployment's
     latency-throughput curve at no extra cost."""
+    saturated: float = 0.0
+    """Requests/s with every request queued at once (saturated_rate), which bounds the search."""
 
 
 def capacity(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Workload, t: Targets, *,
              upper: float | None = None, rel_tol: float = 0.03, max_sims: int = 12,
-             window: float | None = None) -> Capacity:
+             window: float | None = None, saturated: float | None = None) -> Capacity:
     """Bisect the request rate in (0, min(upper, 95% of saturation)] for the largest one
-    meeting `t`; each trial's arrivals span `window` seconds when given (trial_workload)."""
+    meeting `t`; each trial's arrivals span `window` seconds when given (trial_workload).
+    `saturated`: the saturated rate when already known (it depends on the first
+    MIN_TRIAL_REQUESTS requests only, with or without a window)."""
     probes: dict[float, dict[str, float]] = {}
 
     def trial(rate: float) -> tuple[bool, dict, SimulationResult]:
@@ -152,11 +156,13 @@ def capacity(model: ModelSpec, cluster: Cluster, plan: ServingPlan, unit: Worklo
 
     def done(rate: float, m: dict, res: SimulationResult | None, limited_by: str) -> Capacity:
         return Capacity(rate=rate, margins=m, result=res, simulations=sims, limited_by=limited_by,
-                        probes=tuple(sorted(probes.items())))
+                        probes=tuple(sorted(probes.items())), saturated=saturated)
 
-    hi = UTILIZATION_CAP * saturated_rate(model, cluster, plan, unit, window)
+    sims = 1 if saturated else 2
+    saturated = saturated or saturated_rate(model, cluster, plan, unit, window)
+    hi = UTILIZATION_CAP * saturated
     hi = min(hi, upper) if upper else hi
-    lo, sims = hi / 64, 2
+    lo = hi / 64
     ok, m_hi, res_hi = trial(hi)  # first: most plans keep their SLOs up to the cap
     if ok:  # latency only grows with the rate, so every lower rate holds too
         return done(hi, m_hi, res_hi, "throughput")

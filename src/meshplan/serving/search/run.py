@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -10,12 +11,12 @@ from dataclasses import dataclass
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
-from meshplan.serving.search.bounds import replicas_needed
 from meshplan.serving.search.capacity import Targets, at_rate, keeps_up, margins
 from meshplan.serving.search.candidates import (
-    OBJECTIVES, Candidate, Space, _job, _sized, best_case, colocated, deployment_plan, disaggregated, job_args,
-    quantized, score, whole_replicas,
+    OBJECTIVES, Candidate, Space, best_case, colocated, deployment_plan, disaggregated, portable, quantized,
+    rebuilt, score, whole_replicas,
 )
+from meshplan.serving.search.screening import Screening
 from meshplan.serving.search.trials import MIN_TRIAL_REQUESTS
 from meshplan.serving.simulate import simulate
 from meshplan.serving.traffic.workload import Workload
@@ -69,22 +70,45 @@ def search(model: ModelSpec, clusters: list[Cluster], unit: Workload, rate: floa
         if space.disaggregate:
             cands += disaggregated(reps, rate, max_gpus, pruned)
     cands.sort(key=lambda c: best_case(c, rate, objective, prices.get(c.gpu)))
-    done, sims = _evaluate(model, {c.gpu.name: c for c in clusters}, unit, rate, t, cands, objective,
-                           prices, top, workers, pruned, space.quantize, window)
-    feasible = [c for c in done if c.capacity.rate > 0 and c.gpus <= max_gpus]
-    feasible.sort(key=lambda c: score(c, objective, prices.get(c.gpu)))
-    chosen = _shown(feasible, top, space.quantize)
-    verified = _verify(model, {c.gpu.name: c for c in clusters}, unit, rate, t, chosen, max_gpus)
-    ranked = sorted((c for c in verified if _meets(c)), key=lambda c: score(c, objective, prices.get(c.gpu)))
-    infeasible = sorted([c for c in done + hopeless if c not in ranked],
-                        key=lambda c: max(c.capacity.margins.values(), default=9e9))[:top]
-    over = [c for c in done if c.capacity.rate > 0 and c.gpus > max_gpus] + beyond
-    smallest = None if ranked else min(over, key=lambda c: (c.gpus, c.capacity is None), default=None)
+    pool = ProcessPoolExecutor(workers) if workers > 1 else None
+    try:
+        screening = Screening(model, {c.gpu.name: c for c in clusters}, unit, rate, t, window, pool)
+        done = _evaluate(screening, cands, objective, prices, top, pruned, space.quantize, max(workers, 1))
+        ranked, infeasible, smallest = _answer(screening, done, hopeless, beyond, objective, prices, top,
+                                               max_gpus, space.quantize)
+    finally:
+        if pool:
+            pool.shutdown()
     return SearchResult(ranked=ranked, infeasible=infeasible, rate=rate, targets=t, objective=objective,
-                        prices=prices, simulated=len(done), simulations=sims, pruned=dict(pruned),
+                        prices=prices, simulated=len(done), simulations=screening.simulations, pruned=dict(pruned),
                         wall_s=time.perf_counter() - start, max_gpus=max_gpus,
                         quantize=space.quantize, smallest_beyond=smallest, trial_window_s=window,
                         requests_per_trial=_trial_sizes(len(unit), window))
+
+
+def _answer(screening, done, hopeless, beyond, objective, prices, top, max_gpus, quantize):
+    """(ranked, closest infeasible, smallest beyond --max-gpus): the plans shown are verified at
+    the target rate; every plan shown has a sized capacity (screening.settle)."""
+    model, clusters, unit, rate, t = screening.model, screening.clusters, screening.unit, screening.rate, screening.t
+    key = lambda c: score(c, objective, prices.get(c.gpu))
+    fits_gpus = lambda cs: [c for c in cs if c.capacity.rate > 0 and c.gpus <= max_gpus]
+    screening.settle(done, lambda cs: _shown(sorted(fits_gpus(cs), key=key), top, quantize))
+    chosen = _shown(sorted(fits_gpus(done), key=key), top, quantize)
+    closest = lambda cs, shown: sorted([c for c in cs + hopeless if c not in shown],
+                                       key=lambda c: max(c.capacity.margins.values(), default=9e9))[:top]
+    verified = _verify(model, clusters, unit, rate, t, chosen, max_gpus)
+    ranked = sorted((c for c in verified if _meets(c)), key=key)
+    if ranked:  # the closest among the sized plans: sizing the others only for this list costs most
+        infeasible = closest([c for c in done if screening.is_sized(c)], ranked)
+    else:  # nothing else to show: the closest of all, each sized
+        screening.settle(done, lambda cs: closest(cs, ranked))
+        infeasible = closest(done, ranked)
+    over = lambda cs: [c for c in cs if c.capacity.rate > 0 and c.gpus > max_gpus] + beyond
+    smallest = lambda cs: min(over(cs), key=lambda c: (c.gpus, c.capacity is None), default=None)
+    if not ranked:
+        screening.settle(done, lambda cs: [c for c in [smallest(cs)] if c in cs])
+    smallest_beyond = None if ranked else smallest(done)
+    return ranked, infeasible, smallest_beyond
 
 
 def _trial_sizes(size: int, window: float | None) -> tuple[int, int]:
@@ -103,43 +127,48 @@ def _shown(feasible: list[Candidate], top: int, quantize: bool) -> list[Candidat
     return chosen
 
 
-def _evaluate(model, clusters, unit, rate, t, cands, objective, prices, top, workers, pruned, by_precision=False,
-              window=None):
-    """Capacity of candidates in best-case order, `workers` at a time, skipping those whose
+def _evaluate(screening, cands, objective, prices, top, pruned, by_precision, per_batch):
+    """Capacity of candidates in best-case order, `per_batch` at a time, skipping those whose
     best case cannot enter the current top `top` (of their own precision class with
     `by_precision`: or cannot beat the best plan found of their own precision, so the best at
-    the model's own dtypes and the best quantized one are both found)."""
-    done, sims, i = [], 0, 0
+    the model's own dtypes and the best quantized one are both found). Capacities come from
+    short trials, sized for the plans in those places first (meshplan.serving.search.screening):
+    the thresholds are sized scores."""
+    done, i, rate = [], 0, screening.rate
     group = quantized if by_precision else (lambda c: None)
-    pool = ProcessPoolExecutor(workers) if workers > 1 else None
-    try:
-        while i < len(cands):
-            found = [(score(c, objective, prices.get(c.gpu))[0], group(c)) for c in done if c.capacity.rate > 0]
-            ranked = sorted(v for v, _ in found)
-            worst_kept = ranked[top - 1] if len(ranked) >= top else None
-            best_of = {g: min(v for v, h in found if h == g) for _, g in found}
-            batch = []
-            while i < len(cands) and len(batch) < max(workers, 1):
-                c = cands[i]
-                i += 1
-                bound = best_case(c, rate, objective, prices.get(c.gpu))
-                beaten = worst_kept is not None and bound > worst_kept
-                if beaten and by_precision:
-                    beaten = group(c) in best_of and bound > best_of[group(c)]
-                if beaten:
-                    pruned["bound: cannot beat the plans found"] += 1
-                    continue
-                batch.append(c)
-            jobs = [job_args(model, clusters[c.gpu], c.plan, unit, t, None, window) for c in batch]
-            results = list(pool.map(_job, jobs)) if pool else [_job(j) for j in jobs]
-            for c, cap in zip(batch, results):
-                c.capacity, sims = cap, sims + cap.simulations
-                c.replicas = whole_replicas(c, replicas_needed(rate, cap.rate))
-                done.append(c)
-    finally:
-        if pool:
-            pool.shutdown()
-    return done, sims
+    key = lambda c: score(c, objective, prices.get(c.gpu))
+    leaders = lambda cs: _leaders([c for c in cs if c.capacity.rate > 0], key, top, group)
+    while i < len(cands):
+        screening.settle(done, leaders)
+        found = [(key(c)[0], group(c)) for c in done if c.capacity.rate > 0]
+        ranked = sorted(v for v, _ in found)
+        worst_kept = ranked[top - 1] if len(ranked) >= top else None
+        best_of = {g: min(v for v, h in found if h == g) for _, g in found}
+        batch = []
+        while i < len(cands) and len(batch) < per_batch:
+            c = cands[i]
+            i += 1
+            bound = best_case(c, rate, objective, prices.get(c.gpu))
+            beaten = worst_kept is not None and bound > worst_kept
+            if beaten and by_precision:
+                beaten = group(c) in best_of and bound > best_of[group(c)]
+            if beaten:
+                pruned["bound: cannot beat the plans found"] += 1
+                continue
+            batch.append(c)
+        screening.screen(batch)
+        done += batch
+    screening.settle(done, leaders)
+    return done
+
+
+def _leaders(cands: list[Candidate], key, top: int, group) -> list[Candidate]:
+    """The best `top` of `cands` by `key` and the best of each `group`: the places that matter."""
+    ordered = sorted(cands, key=key)
+    out = ordered[:top]
+    for g in {group(c) for c in ordered}:
+        out += [c for c in ordered if group(c) == g][:1]
+    return out
 
 
 def _meets(c: Candidate) -> bool:
@@ -151,17 +180,21 @@ def _meets(c: Candidate) -> bool:
 def _verify(model, clusters, unit, rate, t, cands, max_gpus) -> list[Candidate]:
     """Simulate each plan's full deployment at the target rate; add a replica if the split
     traffic misses an SLO (up to --max-gpus)."""
-    out = []
     for c in cands:
-        while True:
-            plan = deployment_plan(c)
-            res = simulate(model, _sized(clusters[c.gpu], plan.num_gpus), plan, at_rate(unit, rate),
-                           slo=t.slo())
-            c.verified, c.verified_margins = res, margins(res.records, t)
-            ok = _meets(c)
-            more = whole_replicas(c, c.replicas + 1)
-            if ok or more * c.unit_gpus > max_gpus:
-                break
-            c.replicas = more
-        out.append(c)
-    return out
+        c.replicas, c.verified, c.verified_margins = _verify_one(
+            (model, portable(clusters[c.gpu]), unit, rate, t, c, max_gpus))
+    return cands
+
+
+def _verify_one(args) -> tuple:
+    """(replicas, simulation, margins) of one plan verified at the target rate (_verify)."""
+    model, hw, unit, rate, t, c, max_gpus = args
+    c = dataclasses.replace(c)
+    while True:
+        plan = deployment_plan(c)
+        res = simulate(model, rebuilt(hw, plan.num_gpus), plan, at_rate(unit, rate), slo=t.slo())
+        c.verified, c.verified_margins = res, margins(res.records, t)
+        more = whole_replicas(c, c.replicas + 1)
+        if _meets(c) or more * c.unit_gpus > max_gpus:
+            return c.replicas, res, c.verified_margins
+        c.replicas = more
