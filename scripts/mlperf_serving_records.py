@@ -124,6 +124,47 @@ def engine(software: str) -> tuple[str, str | None]:
     return "other", None
 
 
+def workload_of(log: dict, scenario: str, in_len: int, out_len: int) -> dict:
+    """The record's workload: offline over the run's sample count, or Poisson at loadgen's target
+    rate for as many queries as its minimum duration issues."""
+    workload = {"mode": "offline" if scenario == "Offline" else "poisson", "input_len": in_len, "output_len": out_len}
+    if scenario == "Offline":
+        workload["num_requests"] = int(log.get("performance_sample_count", 24576))
+    else:
+        workload["request_rate"] = log["target_qps"]
+        workload["num_requests"] = round(log["target_qps"] * log["min_duration (ms)"] / 1e3)
+    return workload
+
+
+def source_of(row: dict, commit: str, log_path: str, conf_path: str | None) -> dict:
+    """The record's provenance: the results repository at `commit`, the log summary and harness config."""
+    source = {"name": f"MLPerf Inference v5.1 results ({row['Submitter']}), closed division, datacenter",
+              "key": f"mlperf-inference-v5.1-{row['Submitter'].lower()}",
+              "repo": REPO, "commit": commit, "path": log_path,
+              "where": f"performance run_1 log summary; result ID {row['ID']}, system {row['System']!r}",
+              "url": row.get("Details"), "confidence": "primary"}
+    if conf_path:
+        source["config_path"] = conf_path
+    return source
+
+
+def notes_of(row: dict, gpus: int, in_note: str, serving: dict, conf_path: str | None) -> str:
+    """How each value of the record was derived."""
+    notes = (f"Software: {row['Software']}. Measured values from the loadgen log summary: output tokens/s = "
+             f"'(Completed) tokens per second' (whole system, {gpus} GPUs); requests/s = '(Completed) samples "
+             f"per second'; latencies converted from ns. output_len = tokens/s / samples/s (mean generated tokens per "
+             f"request of this run). input_len: {in_note} (recalled figure, confidence of the lengths: recalled; the "
+             f"real lengths vary per request). ")
+    if row["Scenario"] != "Offline":
+        notes += (f"{row['Scenario']} scenario: Poisson arrivals at loadgen's target_qps, the run valid only if p99 TTFT <= "
+                  f"{serving['slo']['ttft_ms']:.0f} ms and p99 TPOT <= {serving['slo']['tpot_ms']:.0f} ms; "
+                  f"num_requests = target_qps x the log's min_duration (queries loadgen issues at least). ")
+    notes += ("Layout and limits from the harness config named in source.config_path (first workload setting; "
+              "max_num_seqs = gpu_batch_size, max_num_batched_tokens = runtime max_num_tokens). " if conf_path else
+              "No harness config with a layout: tp/pp and limits unstated (engine defaults, layout to be chosen). ")
+    return notes
+
+
 def record(git_dir: Path, files: list[str], row: dict, commit: str) -> dict | str:
     """The run record of one summary row, or why it cannot be stated."""
     model, stem = BENCHMARKS[row["Model"]]
@@ -150,12 +191,7 @@ def record(git_dir: Path, files: list[str], row: dict, commit: str) -> dict | st
     if "NVL72" in row["Platform"] or "NVL72" in row["System"]:
         hardware["scale_up_domain"] = 72
     scenario = row["Scenario"]
-    workload = {"mode": "offline" if scenario == "Offline" else "poisson", "input_len": in_len, "output_len": out_len}
-    if scenario == "Offline":
-        workload["num_requests"] = int(log.get("performance_sample_count", 24576))
-    else:
-        workload["request_rate"] = log["target_qps"]
-        workload["num_requests"] = round(log["target_qps"] * log["min_duration (ms)"] / 1e3)
+    workload = workload_of(log, scenario, in_len, out_len)
     serving = {"engine": name, "engine_version": version, "tp": knobs.get("tp"), "pp": knobs.get("pp"),
                "weights_dtype": wdt, "activations_dtype": wdt if wdt in ("fp8", "fp4") else None,
                "kv_cache_dtype": knobs.get("kv_cache_dtype") if knobs.get("kv_cache_dtype") in DTYPES else None,
@@ -166,25 +202,8 @@ def record(git_dir: Path, files: list[str], row: dict, commit: str) -> dict | st
                           "percentile": 99}
     serving = {k: v for k, v in serving.items() if v is not None}
     rid = re.sub(r"[^a-z0-9.]+", "-", f"mlperf51-{row['Submitter']}-{row['Platform']}-{row['Model']}-{scenario}".lower())
-    source = {"name": f"MLPerf Inference v5.1 results ({row['Submitter']}), closed division, datacenter",
-              "key": f"mlperf-inference-v5.1-{row['Submitter'].lower()}",
-              "repo": REPO, "commit": commit, "path": log_path,
-              "where": f"performance run_1 log summary; result ID {row['ID']}, system {row['System']!r}",
-              "url": row.get("Details"), "confidence": "primary"}
-    if conf_path:
-        source["config_path"] = conf_path
-    notes = (f"Software: {row['Software']}. Measured values from the loadgen log summary: output tokens/s = "
-             f"'(Completed) tokens per second' (whole system, {per_gpu * nodes} GPUs); requests/s = '(Completed) samples "
-             f"per second'; latencies converted from ns. output_len = tokens/s / samples/s (mean generated tokens per "
-             f"request of this run). input_len: {in_note} (recalled figure, confidence of the lengths: recalled; the "
-             f"real lengths vary per request). ")
-    if scenario != "Offline":
-        notes += (f"{scenario} scenario: Poisson arrivals at loadgen's target_qps, the run valid only if p99 TTFT <= "
-                  f"{serving['slo']['ttft_ms']:.0f} ms and p99 TPOT <= {serving['slo']['tpot_ms']:.0f} ms; "
-                  f"num_requests = target_qps x the log's min_duration (queries loadgen issues at least). ")
-    notes += ("Layout and limits from the harness config named in source.config_path (first workload setting; "
-              "max_num_seqs = gpu_batch_size, max_num_batched_tokens = runtime max_num_tokens). " if conf_path else
-              "No harness config with a layout: tp/pp and limits unstated (engine defaults, layout to be chosen). ")
+    source = source_of(row, commit, log_path, conf_path)
+    notes = notes_of(row, per_gpu * nodes, in_note, serving, conf_path)
     return {"id": rid, "kind": "serving", "source": source, "model": model, "hardware": hardware,
             "serving": serving, "measured": measured(log, scenario), "notes": notes}
 

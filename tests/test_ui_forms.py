@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from meshplan.cli.app import app as cli_app  # noqa: E402
 from meshplan.ui.app import create_app  # noqa: E402
+from tests.test_ui_api import wait  # noqa: E402  (polls a job until it ends)
 from meshplan.ui.labels import LABELS  # noqa: E402
 from meshplan.ui.pages import PAGES  # noqa: E402
 
@@ -32,16 +32,6 @@ None: no rule (a rate is requests/s or a probability, said by hand)."""
 def client():
     with TestClient(create_app(max_running=2)) as c:
         yield c
-
-
-def wait(client, job: dict, timeout_s: float = 180) -> dict:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        view = client.get(f"/api/jobs/{job['id']}").json()
-        if view["state"] in ("done", "failed", "cancelled"):
-            return view
-        time.sleep(0.2)
-    raise AssertionError(f"job {job['id']} still running after {timeout_s} s")
 
 
 def form_fields(schemas: dict, name: str, seen: set | None = None):

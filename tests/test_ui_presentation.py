@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -18,6 +17,7 @@ from typer.testing import CliRunner  # noqa: E402
 from meshplan.cli.app import app as cli_app  # noqa: E402
 from meshplan.ui import limits  # noqa: E402
 from meshplan.ui.app import create_app  # noqa: E402
+from tests.test_ui_api import wait  # noqa: E402  (polls a job until it ends)
 from meshplan.ui.pages import PAGES, STATIC  # noqa: E402
 
 H100 = "h100-sxm-80gb"
@@ -34,16 +34,6 @@ def cli_json(*args: str) -> dict:
     result = CliRunner().invoke(cli_app, [str(a) for a in args])
     assert result.exit_code == 0, result.stderr
     return json.loads(result.stdout)
-
-
-def wait(client, job: dict, timeout_s: float = 180) -> dict:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        view = client.get(f"/api/jobs/{job['id']}").json()
-        if view["state"] in ("done", "failed", "cancelled"):
-            return view
-        time.sleep(0.2)
-    raise AssertionError(f"job {job['id']} still running after {timeout_s} s")
 
 
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?(?:https?:)?//|https?://[^"'\s]*(?:cdn|jsdelivr|unpkg)""", re.I)

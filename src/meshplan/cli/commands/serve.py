@@ -237,12 +237,7 @@ def simulate_cmd(
                  num_requests=num_requests, dataset=dataset, input_len=input_len, output_len=output_len,
                  range_ratio=range_ratio, shared_prefix_len=shared_prefix_len, num_prefixes=num_prefixes,
                  turns=turns, seed=seed, offline=offline or None, lengths_file=lengths_file)
-    entry = None
-    if plan_file is not None:
-        entry, plan = _from_plan_file(plan_file, plan_index, plan)
-        model, gpu = model or entry.model, gpu or entry.gpu
-    if model is None or gpu is None:
-        raise ConfigError(f"give {'--model' if model is None else '--gpu'} (or a --plan file that names it)")
+    entry, plan, model, gpu = _target(plan_file, plan_index, plan, model, gpu)
     spec_model = load_model(model)
     cluster = opt.build_cluster(gpu, num_gpus or plan.num_gpus, gpus_per_node, None, inter_node_gbps_per_gpu, None)
     check_placement(plan, cluster.gpus_per_node)
@@ -262,11 +257,7 @@ def simulate_cmd(
     _write_outputs(result, requests_csv, trace_out)
     verdict = slo_verdict(result, slo, slo_percentile)
     bands = simulation_bands(spec_model, cluster, plan, workload, result.metrics)
-    if json_out:
-        print_json({**result.to_dict(), **chosen, **bands.to_dict(), **({"slo": verdict} if verdict else {})})
-    else:
-        _render(result, workload, bands)
-        _render_verdict(verdict)
+    _show(result, workload, {**chosen, **bands.to_dict()}, bands, verdict, json_out)
 
     def page():
         from meshplan.report.pages_serving import simulate_page
@@ -276,6 +267,28 @@ def simulate_cmd(
 
     html_option.write(html, page)
     finish(verdict is None or verdict["met"])
+
+
+def _target(plan_file, plan_index: int, plan: ServingPlan, model: str | None, gpu: str | None):
+    """(plan-file entry or None, plan, model, GPU): a --plan file's entry fills what the flags
+    leave out; a model and a GPU are required from one or the other."""
+    entry = None
+    if plan_file is not None:
+        entry, plan = _from_plan_file(plan_file, plan_index, plan)
+        model, gpu = model or entry.model, gpu or entry.gpu
+    if model is None or gpu is None:
+        raise ConfigError(f"give {'--model' if model is None else '--gpu'} (or a --plan file that names it)")
+    return entry, plan, model, gpu
+
+
+def _show(result, workload, extra: dict, bands, verdict: dict | None, json_out: bool) -> None:
+    """The answer on stdout: `--json` (the result, `extra` (chosen layout, notes, bands) and the
+    SLO verdict) or the tables."""
+    if json_out:
+        print_json({**result.to_dict(), **extra, **({"slo": verdict} if verdict else {})})
+    else:
+        _render(result, workload, bands)
+        _render_verdict(verdict)
 
 
 def layout_open(num_gpus: int | None, plan: ServingPlan, layout_given: list) -> bool:
