@@ -125,6 +125,65 @@ def render_serving_accuracy(acc: dict) -> str:
             f"Per GPU (median / p90): {gpus}. Per source (median / p90, values): {sources}.\n")
 
 
+GROUP_SETS = ("in_sample", "loso", "held_out")
+"""The three figures of a cell of the per-engine serving table, in order (serving_groups.SETS)."""
+GROUP_QUANTITIES = {"throughput": "throughput", "ttft": "TTFT", "tpot": "TPOT", "ttft_tail": "TTFT",
+                    "tpot_tail": "TPOT"}
+"""The per-engine table's columns in order, each a quantity of bands.serving.KINDS."""
+
+
+def _group_header(kind: str, metrics: list[str]) -> str:
+    """A column's name; a tail column names the percentiles its values are (p99, p90/p99)."""
+    if not kind.endswith("_tail"):
+        return GROUP_QUANTITIES[kind]
+    stats = sorted({m.rsplit("_", 1)[1] for m in metrics}, key=lambda p: int(p[1:]))
+    return f"{GROUP_QUANTITIES[kind]} {'/'.join(stats)}"
+
+
+def _group_cell(by_set: dict | None, signed: bool) -> str:
+    """'in-sample / leave-one-source-out / held-out', each a median (values) or '—'."""
+    if not by_set:
+        return "—"
+    parts = []
+    for name in GROUP_SETS:
+        c = by_set.get(name, {"n": 0})
+        if not c["n"]:
+            parts.append("—")
+            continue
+        value = spct(c["signed_median"]) if signed else pct(c["median_abs_rel_error"])
+        parts.append(f"{value} ({c['n']})")
+    return " / ".join(parts)
+
+
+def _group_table(d: dict, signed: bool) -> str:
+    kinds = [k for k in GROUP_QUANTITIES if any(k in g for g in d["groups"].values())]
+    header = ["engine, GPU generation", *(_group_header(k, d["metrics"].get(k, [])) for k in kinds)]
+    order = ["all", *sorted(g for g in d["groups"] if g != "all")]
+    rows = [[f"**{g}**" if g == "all" else g, *(_group_cell(d["groups"][g].get(k), signed) for k in kinds)]
+            for g in order]
+    return _table(header, ["---", *["---:"] * len(kinds)], rows)
+
+
+def render_serving_groups(acc: dict) -> str:
+    """Per engine and GPU generation and per quantity: in-sample, leave-one-source-out and held-out
+    median errors (absolute, then signed)."""
+    d = acc["by_engine_generation"]
+    return (f"Median absolute error (values), each cell in-sample / leave-one-source-out / held-out:\n\n"
+            f"{_group_table(d, False)}\n\nSigned median (positive: predicted too high; a latency too "
+            f"long, a throughput too high), same cells:\n\n{_group_table(d, True)}\n\n"
+            f"In-sample: the {acc['simulated']} calibration records simulated with the shipped constants, "
+            f"which were fitted on them ({d['constants_fitted']}). Leave-one-source-out: the same records, "
+            f"each source predicted by constants refitted without it, and held-out: the records of "
+            f"`records/held-out/`, which no fit reads, predicted by the shipped constants; both are the "
+            f"serving bands' residuals (`bands/data/serving_residuals.yaml`, written by "
+            f"`scripts/fit_serving_bands.py` on {d['residuals_date']}), one value per record and "
+            f"quantity. TTFT is the mean or the median, TPOT the mean or median of TPOT, ITL or E2E "
+            f"latency. `python benchmarks/serving_accuracy.py` took {acc['seconds']} s on the shared "
+            f"2-core machine, nearly all of it the in-sample simulations (the other columns are read "
+            f"from the file; refitting them is `scripts/fit_serving_bands.py`'s work, about as long as "
+            f"`calibrate --loso`).\n")
+
+
 SERVING_HOLDOUT_NAMES = {"mlperf-inference-v5.1": "MLPerf Inference v5.1 (Llama 2 70B, Llama 3.1 405B)"}
 HOLDOUT_QUANTITIES = {"throughput": "output tokens/s", "ttft": "TTFT mean", "ttft_p99": "TTFT p99",
                       "tpot": "TPOT mean", "tpot_p99": "TPOT p99"}
@@ -314,6 +373,7 @@ BLOCKS: dict[str, Block] = {
     "training_accuracy": Block(("training_accuracy", "training_holdout"), render_training_accuracy),
     "memory_accuracy": Block(("memory_accuracy",), render_memory_accuracy),
     "serving_accuracy": Block(("serving_accuracy",), render_serving_accuracy),
+    "serving_groups": Block(("serving_accuracy",), render_serving_groups),
     "serving_holdout": Block(("serving_holdout",), render_serving_holdout),
     "plan_search_speed": Block(("plan_search_speed",), render_plan_search_speed),
     "plan_sanity": Block(("plan_sanity",), render_plan_sanity),

@@ -2,19 +2,23 @@
 fitted constants; the leave-one-source-out figure is the one `meshplan calibrate --loso` stored
 in serving/data/fitted_serving.yaml). Prints per-metric, per-source and per-GPU errors and the
 worst ten records with a diagnosis, and (on the default file) saves the figures the docs
-quote to benchmarks/results/serving_accuracy.json and its page block. Run: python benchmarks/serving_accuracy.py [FILE]"""
+quote to benchmarks/results/serving_accuracy.json and its page blocks, among them the table per
+engine, GPU generation and quantity of in-sample, leave-one-source-out and held-out errors
+(serving_groups.py). Run: python benchmarks/serving_accuracy.py [FILE]"""
 
 from __future__ import annotations
 
 import re
 import statistics
 import sys
+import time
 from collections import Counter, defaultdict
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
+from meshplan.bands.serving_regime import serving_regime_of
 from meshplan.calibration import serving as cs
 from meshplan.records import CALIBRATION
 from meshplan.validate.records import load_records
@@ -22,6 +26,7 @@ from meshplan.validate.run import error_stats
 
 import diagnoses  # benchmarks/diagnoses.py
 import readme_blocks  # benchmarks/readme_blocks.py
+import serving_groups  # benchmarks/serving_groups.py
 
 DEFAULT = CALIBRATION["serving"]
 
@@ -76,6 +81,29 @@ def band_results() -> dict:
     return out
 
 
+def in_sample_rows(rows) -> list[dict]:
+    """The shipped constants' errors on the calibration records as serving_groups rows."""
+    out = []
+    for fc, m, e in rows:
+        c = fc.case
+        regime = serving_regime_of(c.model, c.cluster, c.plan, c.workload)
+        out.append({"id": fc.record.id, "metric": m, "engine": regime.engine,
+                    "architecture": regime.architecture, "error": e})
+    return out
+
+
+def by_engine_generation(records, rows) -> dict:
+    """In-sample, leave-one-source-out and held-out errors per engine, GPU generation and quantity
+    (the leave-one-source-out and held-out rows are the serving bands' residuals)."""
+    from meshplan.bands import serving as sb
+
+    data = sb._data()
+    ids = {r.id for r in records if r.kind == "serving"}
+    sets = {"in_sample": in_sample_rows(rows), **serving_groups.residual_rows(data["kinds"], ids)}
+    return {"groups": serving_groups.table(sets), "metrics": serving_groups.metrics_of(sets),
+            "residuals_date": data["fit"]["date"], "constants_fitted": data["fit"]["constants_fitted"]}
+
+
 def results(records, cases, rows) -> dict:
     """The figures the docs quote (benchmarks/results/serving_accuracy.json)."""
     def stats(pick) -> dict:
@@ -94,10 +122,12 @@ def results(records, cases, rows) -> dict:
             lambda fc, m: m == "output_tokens_per_s" and not gh200_tp2.search(fc.record.id)),
         "leave_one_source_out": _stored_loso(),
         "bands": band_results(),
+        "by_engine_generation": by_engine_generation(records, rows),
     }
 
 
 def main() -> None:
+    start = time.perf_counter()
     path = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT
     records = load_records(path)
     cases = cs.prepare(records)
@@ -119,7 +149,10 @@ def main() -> None:
     for fc, m, e in sorted(rows, key=lambda r: -abs(r[2]))[:10]:
         print(f"  {fc.record.id:58s} {m:20s} {e:+.0%}  {diagnose(fc.record.id)}")
     if path == DEFAULT:
-        readme_blocks.save("serving_accuracy", results(records, cases, rows))
+        res = results(records, cases, rows)
+        res["seconds"] = round(time.perf_counter() - start)
+        print(readme_blocks.render_serving_groups(res))
+        readme_blocks.save("serving_accuracy", res)
 
 
 if __name__ == "__main__":

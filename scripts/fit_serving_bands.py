@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from meshplan.bands.serving import KINDS, VALIDATE_METRICS, inside_leaving_sources_out, kind_of
+from meshplan.bands.serving import KINDS, PREFERENCE, VALIDATE_METRICS, inside_leaving_sources_out, kind_of
 from meshplan.bands.serving_regime import serving_regime_of
 from meshplan.calibration import serving as cs
 from meshplan.errors import ConfigError
@@ -37,12 +37,6 @@ from meshplan.validate.serving_records import SERVING_METRICS, predict_serving, 
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "meshplan" / "bands" / "data" / "serving_residuals.yaml"
 TARGET = 0.80
-PREFERENCE = ("output_tokens_per_s", "total_tokens_per_s", "input_tokens_per_s", "requests_per_s",
-              "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "ttft_ms_p90", "tpot_ms_mean", "tpot_ms_p50",
-              "itl_ms_mean", "itl_ms_p50", "e2e_ms_mean", "e2e_ms_p50", "tpot_ms_p99", "tpot_ms_p90",
-              "itl_ms_p99", "itl_ms_p90", "e2e_ms_p99", "e2e_ms_p90")
-"""Which of a record's values of one quantity its pool keeps (the requests/s of a fixed-length
-run repeats its tokens/s; a mean and a median of one run are not two measurements)."""
 
 
 def source(record) -> str:

@@ -47,6 +47,14 @@ VALIDATE_METRICS = {**{m: (m, None) for m in THROUGHPUTS},
                     **{f"{lat}_{stat}": (lat, stat) for lat in LATENCIES for stat in STATS}}
 """A run record's measured key -> (metric, statistic) (itl_ms_p50 -> ("itl_ms", "p50"))."""
 
+PREFERENCE = ("output_tokens_per_s", "total_tokens_per_s", "input_tokens_per_s", "requests_per_s",
+              "ttft_ms_mean", "ttft_ms_p50", "ttft_ms_p99", "ttft_ms_p90", "tpot_ms_mean", "tpot_ms_p50",
+              "itl_ms_mean", "itl_ms_p50", "e2e_ms_mean", "e2e_ms_p50", "tpot_ms_p99", "tpot_ms_p90",
+              "itl_ms_p99", "itl_ms_p90", "e2e_ms_p99", "e2e_ms_p90")
+"""Which of a record's values of one quantity its pool keeps: the earliest in this order (the
+requests/s of a fixed-length run repeats its tokens/s; a mean and a median of one run are not two
+measurements)."""
+
 
 @functools.cache
 def _data() -> dict:
