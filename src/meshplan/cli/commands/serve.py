@@ -157,7 +157,7 @@ def simulate_cmd(
     ep: int = typer.Option(None, help=_help("ep")), dp: int = typer.Option(None, help=_help("dp")),
     replicas: int = typer.Option(None, help=_help("replicas")),
     router: str = typer.Option("round-robin", help=_help("router")),
-    weights_dtype: str = typer.Option("bf16", help=_help("weights_dtype")),
+    weights_dtype: str = typer.Option("auto", help=_help("weights_dtype")),
     kv_cache_dtype: str = typer.Option("auto", help=_help("kv_cache_dtype")),
     max_num_seqs: int = typer.Option(None, help=_help("max_num_seqs")),
     max_num_batched_tokens: int = typer.Option(None, help=_help("max_num_batched_tokens")),
