@@ -9,6 +9,9 @@ AutoGPTQ export, and a bitsandbytes 4-bit save.
 
 from __future__ import annotations
 
+import json
+from importlib import resources
+
 import pytest
 
 from meshplan import ServingPlan
@@ -16,7 +19,7 @@ from meshplan.errors import ConfigError, DoesNotFitError
 from meshplan.hardware import Cluster
 from meshplan.hardware.catalog import get_gpu
 from meshplan.model import load_model
-from meshplan.model.load import from_config
+from meshplan.model.load import from_config, read_config_file
 from meshplan.model.quant import NF4_BYTES_PER_PARAM, matches, read_quantization
 from meshplan.serving.cost.constants import engine_constants
 from meshplan.serving.cost.iteration import IterationCost
@@ -68,6 +71,10 @@ BNB_NF4 = {"_load_in_4bit": True, "_load_in_8bit": False, "bnb_4bit_compute_dtyp
            "bnb_4bit_quant_storage": "uint8", "bnb_4bit_quant_type": "nf4",
            "bnb_4bit_use_double_quant": True, "llm_int8_skip_modules": None, "llm_int8_threshold": 6.0,
            "load_in_4bit": True, "load_in_8bit": False, "quant_method": "bitsandbytes"}
+
+
+def catalog_path(name: str):
+    return resources.files("meshplan.model").joinpath("catalog", f"{name}.json")
 
 
 def _read(quant: dict):
@@ -204,3 +211,36 @@ def test_quantization_config_of_a_multimodal_wrapper_is_read():
         "intermediate_size": 1024, "intermediate_size_mlp": 1024, "vocab_size": 1000,
         "num_local_experts": 4, "num_experts_per_tok": 1}}
     assert from_config(config).weights.dtype == "fp8"
+
+
+def test_model_show_reports_the_stored_weights():
+    from typer.testing import CliRunner
+
+    from meshplan.cli.app import app
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["model", "show", "gpt-oss-120b"])
+    assert shown.exit_code == 0 and "60.8 GiB: experts mxfp4 (4.25 bits), rest bf16" in shown.output
+    data = json.loads(runner.invoke(app, ["model", "show", "deepseek-v3", "--json"]).output)
+    assert data["checkpoint_weights"]["quant_method"] == "fp8"
+    assert data["checkpoint_weights"]["groups"]["router"]["bits_per_weight"] == 16
+    plain = json.loads(runner.invoke(app, ["model", "show", "llama-3.1-8b", "--json"]).output)
+    assert plain["checkpoint_weights"] is None
+
+
+def test_serve_notes_an_unknown_quant_method(tmp_path):
+    from typer.testing import CliRunner
+
+    from meshplan.cli.app import app
+
+    config = dict(read_config_file(catalog_path("llama-3.2-1b")))
+    config["quantization_config"] = {"quant_method": "hqq", "nbits": 4}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    args = ["serve", "simulate", "--model", str(path), "--gpu", "h100-sxm-80gb", "--num-requests", "8",
+            "--dataset", "random", "--input-len", "64", "--output-len", "8", "--request-rate", "4"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code in (0, 1), result.output
+    assert "quant_method 'hqq' is not modeled" in result.stderr and "priced in bf16" in result.stderr
+    quiet = CliRunner().invoke(app, [*args, "--weights-dtype", "bf16"])  # a stated dtype: nothing assumed
+    assert "hqq" not in quiet.stderr

@@ -299,8 +299,11 @@ def layout_open(num_gpus: int | None, plan: ServingPlan, layout_given: list) -> 
 
 def choices(model, cluster, plan: ServingPlan, workload: Workload, open_layout: bool) -> tuple[ServingPlan, dict]:
     """The plan to simulate and what meshplan chose for it (JSON fields `layout`, `notes`): the
-    layout when only a GPU count was given, the engine release when the version names none."""
+    layout when only a GPU count was given, the engine release when the version names none, bf16
+    for a checkpoint whose quant_method is not modeled (with `--weights-dtype auto`)."""
     notes, extra = [n for n in (version_note(plan.engine, plan.engine_version),) if n], {}
+    if plan.weights_dtype == "auto" and model.weights is not None:
+        notes += model.weights.notes
     if open_layout:
         plan, note = choose_layout(model, cluster, plan, workload)
         notes.append(note)

@@ -16,7 +16,8 @@ from meshplan.errors import DoesNotFitError
 from meshplan.hardware import GPUSpec
 from meshplan.model import counts
 from meshplan.model.quant import GROUPS, WeightPrecision
-from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
+from meshplan.model.spec import LayerSpec, ModelSpec, MoEMLP
+from meshplan.model.stored import layer_weight_bits
 from meshplan.serving.cost.kvquant import QUANTIZED_KV, kv_element_bytes, residual_bytes_per_request
 from meshplan.serving.cost.lora import adapter_bytes, lora_slots
 from meshplan.serving.cost.weights import plan_precision, weight_bits, weights_dtype
@@ -79,21 +80,9 @@ def _mixed_weight_bytes(model: ModelSpec, plan: ServingPlan, precision: WeightPr
 
 def _layer_weight_bytes(layer: LayerSpec, model: ModelSpec, plan: ServingPlan,
                         precision: WeightPrecision) -> float:
-    """Bytes of one decoder layer on one GPU, each group in its own precision: attention
-    projections, dense/shared MLP and routed-expert matrices, routers; biases, norms and sinks
-    as `other`. Dense parts split by tp, experts by ep/tp."""
-    lp, h, fmt = counts.layer_params(layer, model), model.hidden_size, precision.format
-    attn = counts.attention_matmul_params(layer.attention, h)
-    mlp = layer.mlp
-    dense_mlps = [mlp] if isinstance(mlp, DenseMLP) else [mlp.shared] if mlp.shared else []
-    matmul = sum(counts.mlp_matmul_params(m, h) for m in dense_mlps)
-    rest = lp.total - lp.routed_experts - lp.router - attn - matmul
-    dense = (attn * fmt("attention").bits + matmul * fmt("mlp").bits + lp.router * fmt("router").bits
-             + rest * fmt("other").bits)
-    routed = 0.0
-    if isinstance(mlp, MoEMLP):
-        routed_matmul = mlp.num_experts * counts.mlp_matmul_params(mlp.expert, h)
-        routed = routed_matmul * fmt("experts").bits + (lp.routed_experts - routed_matmul) * fmt("other").bits
+    """Bytes of one decoder layer on one GPU, each group of weights in its own precision
+    (meshplan.model.stored); dense parts split by tp, experts by ep/tp."""
+    dense, routed = layer_weight_bits(layer, model, precision)
     return (dense / plan.tp + routed / expert_shards(plan)) / 8
 
 
