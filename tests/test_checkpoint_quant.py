@@ -21,6 +21,7 @@ from meshplan.hardware.catalog import get_gpu
 from meshplan.model import load_model
 from meshplan.model.load import from_config, read_config_file
 from meshplan.model.quant import NF4_BYTES_PER_PARAM, matches, read_quantization
+from meshplan.serving.cost import kernels
 from meshplan.serving.cost.constants import engine_constants
 from meshplan.serving.cost.iteration import IterationCost
 from meshplan.serving.cost.memory import kv_layout, serving_memory, weight_bytes_per_gpu
@@ -197,12 +198,27 @@ def test_fp8_checkpoint_runs_fp8_gemms_and_a_flag_overrides_it():
     assert auto == pytest.approx(flag, rel=0.02)  # the same fp8 GEMMs (routers stay bf16)
 
 
+def test_block_scaled_fp8_runs_at_the_modeled_fp8_rate():
+    """Why a 128x128 weight_block_size gets no efficiency factor of its own: DeepGEMM's measured
+    block-scaled GEMMs (kernel_rates.yaml, H800) land at 0.9-1.25x the model's fp8 rate."""
+    assert 0.9 < kernels.block_scaled_fp8_over_model() < 1.25
+
+
 def test_models_without_quantization_config_are_unchanged():
     model = load_model("llama-3.1-8b")
     assert model.weights is None
     assert weight_bytes_per_gpu(model, ServingPlan()) == weight_bytes_per_gpu(model, ServingPlan(weights_dtype="bf16"))
     assert native_dtypes(model) == ("bf16", "auto")
     assert native_dtypes(load_model("gpt-oss-120b")) == ("auto", "auto")
+
+
+def test_search_offers_fp8_weights_only_where_they_shrink_the_checkpoint():
+    from meshplan.serving.search.candidates import _dtypes
+
+    h100 = Cluster.build(gpu="h100-sxm-80gb", num_gpus=1)
+    assert ("fp8", "fp8") in _dtypes(load_model("llama-3.1-8b"), h100, True)
+    for name in ("gpt-oss-120b", "deepseek-v3"):  # MXFP4 experts / fp8 already
+        assert _dtypes(load_model(name), h100, True) == [("auto", "auto"), ("auto", "fp8")]
 
 
 def test_quantization_config_of_a_multimodal_wrapper_is_read():

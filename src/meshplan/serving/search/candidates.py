@@ -137,7 +137,8 @@ def _dtypes(model: ModelSpec, gpu: Cluster, quantize: bool) -> list[tuple[str, s
     native = native_dtypes(model)
     out = [native]
     if quantize and "fp8" in gpu.gpu.dtypes:
-        out += [(native[0], "fp8")] + ([("fp8", "fp8")] if model.weights is None or model.weights.dtype != "fp8" else [])
+        sixteen_bit = model.weights is None or model.weights.dtype in ("bf16", "fp16")
+        out += [(native[0], "fp8")] + ([("fp8", "fp8")] if sixteen_bit else [])  # fp8 weights only where they shrink
     return out
 
 
