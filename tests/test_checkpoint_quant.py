@@ -139,6 +139,8 @@ def test_unknown_method_is_a_note_and_bf16():
     ({"quant_method": "fp8", "weight_block_size": [128]}, "weight_block_size"),
     ({"quant_method": "gptq", "bits": 5}, "bits"),
     ({"quant_method": "compressed-tensors"}, "config_groups"),
+    ({"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"], "weights": {
+        "num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, "x"]}}}}, "block_structure"),
     ({"quant_method": "mxfp4", "modules_to_not_convert": "lm_head"}, None),
 ])
 def test_bad_fields_are_named(quant, field):
@@ -163,7 +165,7 @@ def test_gpt_oss_checkpoint_size_matches_the_model_card():
 
 def test_gpt_oss_120b_fits_one_h100_only_with_its_checkpoint_precision():
     model, gpu = load_model("gpt-oss-120b"), get_gpu("h100-sxm-80gb")
-    args = dict(utilization=0.9, block_size=16, max_tokens=8192, max_seqs=256)
+    args = {"utilization": 0.9, "block_size": 16, "max_tokens": 8192, "max_seqs": 256}
     mem = serving_memory(model, gpu, ServingPlan(), **args)
     assert mem.weights_bytes / GIB == pytest.approx(60.8, rel=0.01) and mem.num_blocks > 0
     with pytest.raises(DoesNotFitError, match="bf16 weights"):

@@ -192,15 +192,21 @@ def _all_linear(fmt: WeightFormat) -> dict[str, WeightFormat]:
     return {"attention": fmt, "mlp": fmt, "experts": fmt}
 
 
+def _block(block: Any, key: str, where: str) -> tuple[int, int]:
+    """A [rows, columns] block shape of two positive integers."""
+    if (not isinstance(block, list | tuple) or len(block) != 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 2**20 for b in block)):
+        raise ConfigError(f"{where}: quantization_config {key} = {block!r:.80} is invalid; "
+                          f"expected two positive integers such as [128, 128]")
+    return block[0], block[1]
+
+
 def _fp8(config: Mapping[str, Any], where: str) -> WeightPrecision:
     block = config.get("weight_block_size")
     if block is None:
         fmt = WeightFormat(name="fp8 per-tensor", dtype="fp8", bits=8.0, activations="fp8")
     else:
-        if (not isinstance(block, list | tuple) or len(block) != 2
-                or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 2**20 for b in block)):
-            raise ConfigError(f"{where}: quantization_config.weight_block_size = {block!r} is invalid; "
-                              f"expected two positive integers such as [128, 128]")
+        block = _block(block, "weight_block_size", where)
         fmt = WeightFormat(name=f"fp8 block {block[0]}x{block[1]}", dtype="fp8",
                            bits=8.0 + 32.0 / (block[0] * block[1]), activations="fp8")
     skip = _patterns(config, ("modules_to_not_convert", "ignored_layers"), where)
@@ -264,11 +270,14 @@ def _ct_weights(args: Mapping[str, Any], acts: Mapping[str, Any] | None, where: 
     zero_bits = 0 if args.get("symmetric", True) is not False else bits
     if strategy in ("group", "tensor_group"):
         group = _number(args, "group_size", 128, where)
-        extra = (scale_bits + zero_bits) / max(1, group)
+        if not 1 <= group <= 2**20:
+            raise ConfigError(f"{where}: quantization_config weights group_size = {group!r} is invalid; "
+                              f"expected a positive group size")
+        extra = (scale_bits + zero_bits) / group
         name = f"{'nvfp4' if (kind, bits, group) == ('float', 4, 16) else f'{kind}{bits}'} g{group}"
     elif strategy == "block":
-        block = args.get("block_structure") or [128, 128]
-        extra = (scale_bits + zero_bits) / max(1, int(block[0]) * int(block[1]))
+        block = _block(args.get("block_structure") or [128, 128], "block_structure", where)
+        extra = (scale_bits + zero_bits) / (block[0] * block[1])
         name = f"{kind}{bits} block {block[0]}x{block[1]}"
     elif strategy in ("tensor", "channel"):
         extra, name = 0.0, f"{kind}{bits} per-{strategy}"
@@ -323,9 +332,9 @@ def read_quantization(config: Mapping[str, Any], where: str = "model config") ->
     method = quant.get("quant_method")
     parser = PARSERS.get(method) if isinstance(method, str) else None
     if parser is None:
-        return WeightPrecision(method=str(method), notes=(
-            f"{where}: quantization_config.quant_method {method!r} is not modeled (read: "
-            f"{', '.join(METHODS)}); its weights are priced in bf16",))
+        note = (f"{where}: quantization_config.quant_method {method!r} is not modeled (read: "
+                f"{', '.join(METHODS)}); its weights are priced in bf16")
+        return WeightPrecision(method=str(method), notes=(note,))
     return parser(quant, where)
 
 

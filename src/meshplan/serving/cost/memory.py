@@ -20,7 +20,7 @@ from meshplan.model.spec import LayerSpec, ModelSpec, MoEMLP
 from meshplan.model.stored import layer_weight_bits
 from meshplan.serving.cost.kvquant import QUANTIZED_KV, kv_element_bytes, residual_bytes_per_request
 from meshplan.serving.cost.lora import adapter_bytes, lora_slots
-from meshplan.serving.cost.weights import plan_precision, weight_bits, weights_dtype
+from meshplan.serving.cost.weights import plan_precision, weights_dtype
 from meshplan.serving.plan import ServingPlan
 
 GIB = 2**30
