@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from meshplan.bands.regime import Features
+from meshplan.model.quant import headline_dtype
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,7 +62,7 @@ def serving_regime(model, architecture: str, plan, load: str, requests) -> Servi
     input_len and output_len) arriving as `load` says."""
     n = max(1, len(requests))
     return ServingRegime(moe=model.is_moe, architecture=architecture, engine=plan.engine,
-                         precision=plan.weights_dtype, disaggregated=plan.disaggregated is not None, load=load,
+                         precision=headline_dtype(model.weights, plan.weights_dtype), disaggregated=plan.disaggregated is not None, load=load,
                          input_len=max(1.0, sum(r.input_len for r in requests) / n),
                          output_len=max(1.0, sum(r.output_len for r in requests) / n))
 

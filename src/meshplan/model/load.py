@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from importlib import resources
 from typing import Any
@@ -15,6 +16,7 @@ from meshplan.errors import ConfigError
 from meshplan.model import catalog_index
 from meshplan.model.config_view import ConfigView
 from meshplan.model.families import PARSERS
+from meshplan.model.quant import read_quantization
 from meshplan.model.spec import ModelSpec
 
 TEXT_MODEL_TYPES = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
@@ -84,7 +86,9 @@ def from_config(config: Mapping[str, Any], name: str | None = None,
         )
     text = with_family_defaults(text, where)
     display = name or config.get("name") or config.get("_name_or_path") or family
-    return parser(ConfigView(text, where), str(display))
+    spec = parser(ConfigView(text, where), str(display))
+    weights = read_quantization(config, where)
+    return spec if weights is None else replace(spec, weights=weights)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

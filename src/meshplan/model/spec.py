@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from meshplan.model.quant import WeightPrecision
+
 NormKind = Literal["rmsnorm", "layernorm"]
 QKNorm = Literal["none", "per_head", "full_width", "l2"]
 
@@ -136,6 +138,9 @@ class ModelSpec:
     """Multi-token-prediction modules the checkpoint carries beside the causal LM (DeepSeek-V3's
     `num_nextn_predict_layers`): a decoder layer each, usable as a speculative drafter. Not part
     of the causal LM's parameters (transformers drops them)."""
+    weights: WeightPrecision | None = None
+    """Weight precision per module group read from the checkpoint's `quantization_config`
+    (meshplan.model.quant); None: the checkpoint holds 16-bit weights."""
 
     @property
     def num_layers(self) -> int:

@@ -6,7 +6,9 @@ from collections import Counter
 from typing import Any
 
 from meshplan.model import counts
+from meshplan.model.quant import GROUPS
 from meshplan.model.spec import ModelSpec, MoEMLP
+from meshplan.model.stored import checkpoint_bytes
 
 KV_DTYPES = ("bf16", "fp8", "int4")
 
@@ -60,6 +62,18 @@ def layer_groups(model: ModelSpec) -> list[dict[str, Any]]:
     return groups
 
 
+def checkpoint_weights(model: ModelSpec) -> dict[str, Any] | None:
+    """What the checkpoint's quantization_config says, per group of weights, and the bytes it
+    implies; None for a checkpoint without one (16-bit weights)."""
+    w = model.weights
+    if w is None:
+        return None
+    groups = {g: {"format": w.format(g).name, "bits_per_weight": w.format(g).bits,
+                  "activations": w.format(g).activations} for g in GROUPS}
+    return {"quant_method": w.method, "dtype": w.dtype, "groups": groups,
+            "bytes": checkpoint_bytes(model, w), "notes": list(w.notes)}
+
+
 def model_summary(model: ModelSpec, seq_len: int = 4096) -> dict[str, Any]:
     """Headline numbers; FLOPs at `seq_len` with causal attention, KV bytes for bf16 by default."""
     first = model.layers[0].attention
@@ -80,6 +94,7 @@ def model_summary(model: ModelSpec, seq_len: int = 4096) -> dict[str, Any]:
         "tie_word_embeddings": model.tie_word_embeddings,
         "max_position_embeddings": model.max_position_embeddings,
         "layer_mix": layer_mix(model),
+        "checkpoint_weights": checkpoint_weights(model),
         "layer_groups": layer_groups(model),
         "seq_len": seq_len,
         "flops_per_token_forward": model.flops_per_token_forward(seq_len, causal=True),

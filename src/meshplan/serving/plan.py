@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SpeculativeMethod = Literal["eagle", "mtp"]
 Engine = Literal["vllm", "sglang", "tensorrt-llm"]
-WeightsDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
+WeightsDtype = Literal["auto", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 KVDtype = Literal["auto", "bf16", "fp16", "fp8", "int4", "int2"]
 Router = Literal["round-robin", "least-outstanding", "prefix-affinity"]
 SchedulerPolicy = Literal["max-utilization", "guaranteed-no-evict"]
@@ -91,8 +91,10 @@ class ServingPlan(BaseModel):
     """Independent engine replicas behind the router."""
     router: Router = "round-robin"
     """How requests are spread over replicas."""
-    weights_dtype: WeightsDtype = "bf16"
-    """Weight precision (fp8/int8/int4/fp4 quantized checkpoints)."""
+    weights_dtype: WeightsDtype = "auto"
+    """Weight precision of every decoder weight (fp8/int8/int4/fp4 quantized checkpoints); auto:
+    the checkpoint's quantization_config per module group (gpt-oss: MXFP4 experts, bf16
+    attention; DeepSeek-V3: block-scaled fp8), bf16 when it has none."""
     kv_cache_dtype: KVDtype = "auto"
     """KV-cache precision; auto: the activation dtype (fp16 for fp16 weights, else bf16).
     int4/int2: KIVI-style group-quantized KV (meshplan.serving.cost.kvquant), a what-if (needs

@@ -67,7 +67,7 @@ def _plan(record: Record, model: ModelSpec) -> ServingPlan:
     dis = Disaggregation(**s.disaggregated.model_dump(exclude_none=True)) if s.disaggregated else None
     return ServingPlan(engine="vllm" if s.engine == "other" else s.engine,
                        engine_version=s.engine_version, tp=tp, pp=pp, ep=ep, dp=dp,
-                       replicas=replicas, weights_dtype=s.weights_dtype or "bf16",
+                       replicas=replicas, weights_dtype=s.weights_dtype or "auto",
                        kv_cache_dtype=_kv_dtype(s), max_num_seqs=s.max_num_seqs,
                        max_num_batched_tokens=budget, chunked_prefill=s.chunked_prefill,
                        prefix_caching=s.prefix_caching, disaggregated=dis)

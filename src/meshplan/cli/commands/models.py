@@ -70,10 +70,22 @@ def summary_table(s: dict) -> Table:
     table.add_row("layer mix", mix)
     table.add_row(f"forward FLOPs/token @ {s['seq_len']} (causal)", si(s["flops_per_token_forward"], "FLOP"))
     table.add_row("KV cache per token (bf16)", si(s["kv_cache_bytes_per_token"], "B", base=1024))
+    if s.get("checkpoint_weights"):
+        table.add_row("weights as stored", stored_text(s["checkpoint_weights"]))
     for kind, n in s["params_by_kind"].items():
         if n:
             table.add_row(f"  {kind}", count(n))
     return table
+
+
+def stored_text(w: dict) -> str:
+    """`60.8 GiB: experts mxfp4 (4.25 bits), rest bf16`: the checkpoint's bytes and formats."""
+    by_format: dict[str, list[str]] = {}
+    for group, f in w["groups"].items():
+        if f["bits_per_weight"] < 16:
+            by_format.setdefault(f"{f['format']} ({f['bits_per_weight']:.3g} bits)", []).append(group)
+    parts = [f"{'/'.join(groups)} {fmt}" for fmt, groups in by_format.items()] or [w["quant_method"]]
+    return f"{si(w['bytes'], 'B', base=1024)}: " + ", ".join(parts) + ", rest bf16"
 
 
 def register(app: typer.Typer) -> None:

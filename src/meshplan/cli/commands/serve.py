@@ -157,7 +157,7 @@ def simulate_cmd(
     ep: int = typer.Option(None, help=_help("ep")), dp: int = typer.Option(None, help=_help("dp")),
     replicas: int = typer.Option(None, help=_help("replicas")),
     router: str = typer.Option("round-robin", help=_help("router")),
-    weights_dtype: str = typer.Option("bf16", help=_help("weights_dtype")),
+    weights_dtype: str = typer.Option("auto", help=_help("weights_dtype")),
     kv_cache_dtype: str = typer.Option("auto", help=_help("kv_cache_dtype")),
     max_num_seqs: int = typer.Option(None, help=_help("max_num_seqs")),
     max_num_batched_tokens: int = typer.Option(None, help=_help("max_num_batched_tokens")),
@@ -299,8 +299,11 @@ def layout_open(num_gpus: int | None, plan: ServingPlan, layout_given: list) -> 
 
 def choices(model, cluster, plan: ServingPlan, workload: Workload, open_layout: bool) -> tuple[ServingPlan, dict]:
     """The plan to simulate and what meshplan chose for it (JSON fields `layout`, `notes`): the
-    layout when only a GPU count was given, the engine release when the version names none."""
+    layout when only a GPU count was given, the engine release when the version names none, bf16
+    for a checkpoint whose quant_method is not modeled (with `--weights-dtype auto`)."""
     notes, extra = [n for n in (version_note(plan.engine, plan.engine_version),) if n], {}
+    if plan.weights_dtype == "auto" and model.weights is not None:
+        notes += model.weights.notes
     if open_layout:
         plan, note = choose_layout(model, cluster, plan, workload)
         notes.append(note)

@@ -160,7 +160,7 @@ def sweep_cmd(
     gpu: str = opt.GPU,
     rates: str = typer.Option(..., help="Comma-separated request rates, e.g. 1,2,4,8,16."),
     engine: str = typer.Option("vllm"), tp: int = typer.Option(1), pp: int = typer.Option(1),
-    replicas: int = typer.Option(1), weights_dtype: str = typer.Option("bf16"),
+    replicas: int = typer.Option(1), weights_dtype: str = typer.Option("auto"),
     kv_cache_dtype: str = typer.Option("auto"),
     max_num_seqs: int = typer.Option(None), max_num_batched_tokens: int = typer.Option(None),
     dataset: str = typer.Option("sharegpt"), input_len: int = typer.Option(None),

@@ -240,7 +240,7 @@ def lora_lines(plan: ServingPlan, slots: int, flag: str) -> list[str]:
 def quantization_note(model: str, plan: ServingPlan, engine: str) -> tuple[bool, list[str]]:
     """(whether to pass `--quantization fp8`, comment lines) for the plan's weight dtype."""
     dtype = plan.weights_dtype
-    if dtype in ("bf16", "fp16"):
+    if dtype in ("auto", "bf16", "fp16"):  # auto: the engine reads the checkpoint's quantization_config
         return False, []
     pre = looks_prequantized(model, dtype)
     if dtype == "fp8" and not pre:

@@ -32,7 +32,8 @@ from meshplan.serving.cost.graphs import GraphPolicy
 from meshplan.serving.cost.kernels import COMBINE_BYTES, dispatch_bytes_per_element
 from meshplan.serving.cost.kvquant import dequant_s_per_byte
 from meshplan.serving.cost.lora import layer_widths, lora_time
-from meshplan.serving.cost.memory import KVLayout, kv_dtype, stage_layers, weight_bits
+from meshplan.serving.cost.memory import KVLayout, kv_dtype, stage_layers
+from meshplan.serving.cost.weights import gemm_dtype, plan_precision, sixteen_bit
 from meshplan.serving.plan import ServingPlan
 
 ROOFLINE_ORDER = 2.0
@@ -40,17 +41,6 @@ ROOFLINE_ORDER = 2.0
 loads and math overlap only partly: time = (compute^2 + memory^2)^(1/2) instead of the ideal
 max(compute, memory). On the TensorRT-LLM v0.13 records this removes most of the error's
 dependence on the input/output lengths (spread of per-shape median error 0.07-0.20 -> 0.05-0.11)."""
-
-
-def compute_dtype(plan: ServingPlan, cluster: Cluster) -> str:
-    """GEMM compute dtype: W8A8 fp8/int8 and W4A4 fp4 where the GPU has the peak, else 16-bit
-    (weight-only quantization dequantizes into bf16/fp16 GEMMs)."""
-    want = plan.weights_dtype
-    if want in ("fp8", "int8", "fp4") and want in cluster.gpu.dtypes:
-        return want
-    if want == "fp4" and "fp8" in cluster.gpu.dtypes:
-        return "fp8"
-    return "fp16" if want == "fp16" else "bf16"
 
 
 class IterationCost:
@@ -67,10 +57,14 @@ class IterationCost:
         g = engine.grouped_gemm_efficiency
         self.c_experts = replace(self.c, gemm_efficiency=self.c.gemm_efficiency * g,
                                  fp8_gemm_efficiency=self.c.fp8_gemm_efficiency * g)
-        self.dtype = compute_dtype(plan, cluster)
+        precision, sixteen = plan_precision(model, plan), sixteen_bit(plan)
+        self.formats = {g: (gemm_dtype(precision.format(g), cluster.gpu.dtypes, sixteen),
+                            precision.format(g).bits / 8) for g in ("attention", "mlp", "experts", "router")}
+        """(GEMM compute dtype, stored bytes per weight) of each group of weights: W8A8/W4A4 where
+        the GPU has the peak, weight-only formats in 16-bit math over fewer bytes."""
+        self.dtype = self.formats["experts"][0]
         self.dispatch_width = dispatch_bytes_per_element(plan.engine, self.dtype)
         """Bytes per hidden element of an expert-parallel dispatch (FP8 + scales, or 16 bits)."""
-        self.wwidth = weight_bits(plan.weights_dtype) / 8
         self.layers = Counter(stage_layers(model, plan.pp))
         self.num_layers = sum(self.layers.values())
         self._memo: dict[int, float] = {}
@@ -166,9 +160,10 @@ class IterationCost:
             self._memo[tokens] = hit
         return hit
 
-    def _gemm(self, m: float, n: float, k: float, c=None) -> float:
-        return gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=self.dtype, c=c or self.c,
-                         weight_width=self.wwidth, roofline_order=ROOFLINE_ORDER)
+    def _gemm(self, m: float, n: float, k: float, c=None, group: str = "attention") -> float:
+        dtype, width = self.formats[group]
+        return gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=dtype, c=c or self.c,
+                         weight_width=width, roofline_order=ROOFLINE_ORDER)
 
     def _layer(self, layer: LayerSpec, t: int) -> float:
         a, tp, h = layer.attention, self.plan.tp, self.model.hidden_size
@@ -182,7 +177,7 @@ class IterationCost:
         proj += self._gemm(t, h, a.num_heads * a.v_head_dim / tp)
         mlp = layer.mlp
         if isinstance(mlp, DenseMLP):
-            proj += self._mlp(mlp, t, tp) + self._activation(mlp, t, tp)
+            proj += self._mlp(mlp, t, tp, group="mlp") + self._activation(mlp, t, tp)
         else:
             proj += self._moe(mlp, t)
         elementwise = self._hbm(t * h * 2.0 * 10)
@@ -195,16 +190,16 @@ class IterationCost:
     def _activation(self, mlp: DenseMLP, rows: float, split: int) -> float:
         return self._hbm(activation_bytes(rows, mlp.intermediate_size / split, mlp.gated))
 
-    def _mlp(self, mlp: DenseMLP, rows: float, split: int, c=None) -> float:
+    def _mlp(self, mlp: DenseMLP, rows: float, split: int, c=None, group: str = "mlp") -> float:
         h, i = self.model.hidden_size, mlp.intermediate_size / split
-        return self._gemm(rows, i * (2 if mlp.gated else 1), h, c) + self._gemm(rows, h, i, c)
+        return self._gemm(rows, i * (2 if mlp.gated else 1), h, c, group) + self._gemm(rows, h, i, c, group)
 
     def _moe(self, mlp: MoEMLP, t: int) -> float:
         """Router, shared experts, and the routed experts this GPU holds: each reads its weights
         once if any token reaches it; tokens arrive from all attention-DP ranks. The experts run
         as grouped GEMMs at `grouped_gemm_efficiency` of the dense GEMM rate."""
         h, p = self.model.hidden_size, self.plan
-        time = self._gemm(t, mlp.num_experts, h)
+        time = self._gemm(t, mlp.num_experts, h, group="router")
         if mlp.shared is not None:
             time += self._mlp(mlp.shared, t, p.tp) + self._activation(mlp.shared, t, p.tp)
         if p.ep > 1:
@@ -215,7 +210,7 @@ class IterationCost:
         active = local / mlp.num_experts * distinct_experts(arriving, mlp.top_k, mlp.num_experts)
         if active < 1e-9:
             return time
-        per_expert = self._mlp(mlp.expert, routed / active, split, self.c_experts) - 2 * self.c.launch_s
+        per_expert = self._mlp(mlp.expert, routed / active, split, self.c_experts, "experts") - 2 * self.c.launch_s
         time += active * per_expert + 2 * self.c.launch_s  # one grouped GEMM per projection
         e = mlp.expert
         return time + self._hbm(moe_traffic_bytes(h, e.intermediate_size / split, e.gated, arriving, routed))
@@ -260,7 +255,7 @@ class IterationCost:
         if self.plan.mtp_drafts:
             h = self.model.hidden_size
             layer = self.model.layers[-1]
-            return self.device * (self._layer(layer, rows) + self._gemm(rows, h, 2 * h) + self.head(rows) + self.k.layer_s)
+            return self.device * (self._layer(layer, rows) + self._gemm(rows, h, 2 * h, group="mlp") + self.head(rows) + self.k.layer_s)
         layer = next(iter(self.layers))
         return self.device * (self._layer(layer, rows) + self.head(rows) + self.k.layer_s)
 

@@ -77,6 +77,16 @@ def grouped_gemm_efficiency() -> float:
 
 
 @functools.cache
+def block_scaled_fp8_over_model() -> float:
+    """DeepGEMM's compute-bound dense FP8 GEMMs (1x128 activation and 128x128 weight blocks, the
+    layout of DeepSeek-V3/R1 checkpoints, M = 4096) over the shape model's fp8 rate (fitted on
+    per-tensor fp8 matmuls): the median is about 1, so block-scaled fp8 checkpoints are priced at
+    the same fp8 rate as per-tensor ones, with no efficiency factor of their own."""
+    dense = rates()["fp8_dense_gemm"]
+    return _measured_over_model([r for r in _rows(dense) if r["m"] >= 1024], dense["gpu"], "m")
+
+
+@functools.cache
 def decode_attention_bandwidth_fraction() -> float:
     """Fraction of HBM bandwidth a paged decode-attention kernel reaches when memory bound:
     FlashMLA's 3000 GB/s on an H800 (3.35 TB/s)."""

@@ -15,21 +15,18 @@ from dataclasses import dataclass
 from meshplan.errors import DoesNotFitError
 from meshplan.hardware import GPUSpec
 from meshplan.model import counts
+from meshplan.model.quant import GROUPS, WeightPrecision
 from meshplan.model.spec import LayerSpec, ModelSpec, MoEMLP
+from meshplan.model.stored import layer_weight_bits
 from meshplan.serving.cost.kvquant import QUANTIZED_KV, kv_element_bytes, residual_bytes_per_request
 from meshplan.serving.cost.lora import adapter_bytes, lora_slots
+from meshplan.serving.cost.weights import plan_precision, weights_dtype
 from meshplan.serving.plan import ServingPlan
 
 GIB = 2**30
 RUNTIME_RESERVED_BYTES = 1.5 * GIB
 """CUDA context (~0.5 GiB), NCCL buffers and captured CUDA graphs (~1 GiB): what a vLLM
 start-up log reports as non-torch memory plus graph memory on an 8B model."""
-
-
-def weight_bits(dtype: str) -> float:
-    """Stored bits per quantized weight, including block scales (fp4: NVFP4's fp8 scale per 16
-    values; int4: a 16-bit scale per group of 128)."""
-    return {"bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4.125, "fp4": 4.5}[dtype]
 
 
 def kv_dtype(plan: ServingPlan) -> str:
@@ -51,8 +48,13 @@ def stage_layers(model: ModelSpec, pp: int) -> tuple[LayerSpec, ...]:
 
 def weight_bytes_per_gpu(model: ModelSpec, plan: ServingPlan) -> float:
     """Weight bytes on the busiest GPU: decoder layers of the first stage split by tp (experts
-    by ep/tp) in the quantized dtype; embedding and LM head in 16 bits, vocab-parallel."""
-    bits = weight_bits(plan.weights_dtype)
+    by ep/tp), each group of weights in its precision (meshplan.serving.cost.weights: the plan's
+    dtype, or the checkpoint's per group); embedding and LM head in 16 bits, vocab-parallel."""
+    precision = plan_precision(model, plan)
+    widths = {precision.format(g).bits for g in GROUPS}
+    if len(widths) > 1:
+        return _mixed_weight_bytes(model, plan, precision)
+    bits = widths.pop()
     total = 0.0
     for layer in stage_layers(model, plan.pp):
         lp = counts.layer_params(layer, model)
@@ -64,6 +66,24 @@ def weight_bytes_per_gpu(model: ModelSpec, plan: ServingPlan) -> float:
         total += dense / plan.tp * bits / 8 + lp.routed_experts / expert_shards(plan) * bits / 8
     embed = model.params_embedding + model.params_lm_head
     return total + 2.0 * embed / plan.tp
+
+
+def _mixed_weight_bytes(model: ModelSpec, plan: ServingPlan, precision: WeightPrecision) -> float:
+    """`weight_bytes_per_gpu` for a checkpoint whose groups differ in precision."""
+    total = sum(_layer_weight_bytes(layer, model, plan, precision) for layer in stage_layers(model, plan.pp))
+    if plan.mtp_drafts:
+        total += _layer_weight_bytes(model.layers[-1], model, plan, precision)
+        total += 2 * model.hidden_size ** 2 / plan.tp * precision.format("mlp").bits / 8
+    embed = model.params_embedding + model.params_lm_head
+    return total + 2.0 * embed / plan.tp
+
+
+def _layer_weight_bytes(layer: LayerSpec, model: ModelSpec, plan: ServingPlan,
+                        precision: WeightPrecision) -> float:
+    """Bytes of one decoder layer on one GPU, each group of weights in its own precision
+    (meshplan.model.stored); dense parts split by tp, experts by ep/tp."""
+    dense, routed = layer_weight_bits(layer, model, precision)
+    return (dense / plan.tp + routed / expert_shards(plan)) / 8
 
 
 def _kv_split(layer: LayerSpec, tp: int) -> float:
@@ -170,7 +190,7 @@ def serving_memory(model: ModelSpec, gpu: GPUSpec, plan: ServingPlan, *, utiliza
     if blocks <= 0:
         raise DoesNotFitError(
             f"{model.name} does not fit on {gpu.name} with tp={plan.tp} pp={plan.pp} "
-            f"({plan.weights_dtype} weights): weights {weights / GIB:.1f} GiB + activations "
+            f"({weights_dtype(model, plan)} weights): weights {weights / GIB:.1f} GiB + activations "
             f"{act / GIB:.1f} GiB + runtime {RUNTIME_RESERVED_BYTES / GIB:.1f} GiB leave no KV cache "
             f"in the {usable / GIB:.1f} GiB the engine may use; raise tp/pp, quantize the weights or "
             f"lower max_num_batched_tokens")

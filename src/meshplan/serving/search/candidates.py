@@ -96,12 +96,18 @@ def headroom_utilization(space: Space, cluster: Cluster, tp: int, pp: int) -> fl
 
 
 NATIVE_DTYPES = ("bf16", "auto")
-"""(weights, KV cache) of the model as published: bf16 weights, KV in the activation dtype."""
+"""(weights, KV cache) of a model published in 16 bits: bf16 weights, KV in the activation
+dtype; a checkpoint with a quantization_config keeps its own weights (`auto`)."""
+
+
+def native_dtypes(model: ModelSpec) -> tuple[str, str]:
+    """(weights, KV cache) of `model` as published."""
+    return NATIVE_DTYPES if model.weights is None else ("auto", "auto")
 
 
 def quantized(c: "Candidate") -> bool:
     """Whether a candidate changes the model's precision (weights or KV cache)."""
-    return (c.plan.weights_dtype, c.plan.kv_cache_dtype) != NATIVE_DTYPES
+    return c.plan.weights_dtype not in ("bf16", "auto") or c.plan.kv_cache_dtype != "auto"
 
 
 def deployment_plan(c: Candidate, replicas: int | None = None) -> ServingPlan:
@@ -127,10 +133,12 @@ def whole_replicas(c: Candidate, needed: float) -> float:
     return math.inf
 
 
-def _dtypes(gpu: Cluster, quantize: bool) -> list[tuple[str, str]]:
-    out = [NATIVE_DTYPES]
+def _dtypes(model: ModelSpec, gpu: Cluster, quantize: bool) -> list[tuple[str, str]]:
+    native = native_dtypes(model)
+    out = [native]
     if quantize and "fp8" in gpu.gpu.dtypes:
-        out += [("bf16", "fp8"), ("fp8", "fp8")]
+        sixteen_bit = model.weights is None or model.weights.dtype in ("bf16", "fp16")
+        out += [(native[0], "fp8")] + ([("fp8", "fp8")] if sixteen_bit else [])  # fp8 weights only where they shrink
     return out
 
 
@@ -147,7 +155,7 @@ def colocated(model: ModelSpec, cluster: Cluster, unit: Workload, t: Targets, sp
         for tp in space.tps:
             if heads % tp or tp * pp > min(max_gpus, cluster.gpus_per_node * pp):
                 continue
-            for weights, kv in _dtypes(cluster, space.quantize):
+            for weights, kv in _dtypes(model, cluster, space.quantize):
                 for budget in space.budgets:
                     plan = ServingPlan(engine=space.engine, tp=tp, pp=pp, weights_dtype=weights, kv_cache_dtype=kv,
                                        max_num_batched_tokens=budget,

@@ -19,6 +19,7 @@ from collections import Counter
 
 from meshplan.model import lora
 from meshplan.model.counts import layer_kinds, matmul_flops_per_token
+from meshplan.model.quant import DOUBLE_QUANT_BLOCK, NF4_BLOCK, NF4_BYTES_PER_PARAM  # noqa: F401 (one NF4 layout)
 from meshplan.model.spec import LayerSpec, ModelSpec
 from meshplan.training.layout.capabilities import FUSED_ADAPTERS
 from meshplan.training.layout.resolve import ResolvedPlan
@@ -27,14 +28,6 @@ from meshplan.training.memory.states import (
     state_bytes,
 )
 
-NF4_BLOCK = 64
-"""Weights per NF4 quantization block, each with one absmax scale (Dettmers et al. 2023,
-QLoRA, arXiv 2305.14314, section 3; bitsandbytes' default blocksize)."""
-DOUBLE_QUANT_BLOCK = 256
-"""Absmax scales per second-level block under double quantization (QLoRA, section 3)."""
-NF4_BYTES_PER_PARAM = (4 + 8 / NF4_BLOCK + 32 / (NF4_BLOCK * DOUBLE_QUANT_BLOCK)) / 8
-"""4-bit value + an 8-bit absmax per 64 weights + an fp32 scale per 256 of those: 0.127 bits of
-constants per weight (QLoRA section 3, "Double Quantization"), 0.5159 bytes per weight."""
 DEQUANT_KERNELS_PER_LAYER = 7
 """Dequantize launches per layer pass: one per linear weight of a Llama-style layer."""
 
