@@ -147,3 +147,17 @@ def test_one_node_keeps_its_protocols_and_nvls() -> None:
     assert collective_choice("all_gather", 64 * KIB, group, cluster)[1].startswith("ring/")
     assert collective_choice("all_to_all", MIB, group, cluster)[1] == "direct"
     assert collective_choice("all_reduce", MIB, dataclasses.replace(group, size=1), cluster) == (0.0, "")
+
+
+def test_pcie_nodes_chain_with_nccls_pcie_hop_ratio() -> None:
+    """4 x 8 L40S (PCIe inside the node): NCCL's PCIe tree/ring Simple hop latencies are 4.0 and
+    5.7 us (tuning.cc line 149), so a chain step is 0.70 of a ring step there (1.18 on NVLink)."""
+    group, cluster = whole("l40s-48gb", 32)
+    c = load_constants("l40s-48gb")
+    seconds, algo = collective_choice("all_reduce", 8 * KIB, group, cluster)
+    assert algo == "tree/simple"
+    rate = min(cluster.scale_up_bandwidth_bytes_per_s_per_direction * c.pcie_efficiency,
+               8 * cluster.inter_node_bandwidth_bytes_per_s_per_gpu * c.scale_out_efficiency)
+    formula = 2 * (7 * c.latency_intra_s * 4.0 / 5.7 + 2 * c.latency_inter_s)
+    formula += 2 * (8 * KIB + c.half_bandwidth_bytes) / (rate * 0.92 * 0.8)  # factor at 8 KiB
+    assert seconds == pytest.approx(formula, rel=1e-3)

@@ -45,11 +45,12 @@ NVLS inside an NVSwitch domain, and across network units NCCL's tree (all-reduce
     as NCCL runs them (see _low_latency for why rings across the network stay Simple).
   tree (all-reduce across network units, Simple protocol; NCCL's figures in
     data/nccl_algorithms.yaml, v2.27.7-1 tuning.cc): a chain inside each unit and a double
-    binary tree between units, reduce up then broadcast down: latency 2 x ((members per unit - 1)
-    chain steps x 4.0/3.4 of latency_intra_s + log2(units) x latency_inter_s), against the
-    ring's 2(n-1) steps; each rank moves 2 S at 0.92 of the ring's rate, times NCCL's tree
-    correction for 64 B-256 MiB (0.5-0.9). It wins for small and medium buffers and at scale
-    (4 MiB on 512 nodes: ~0.2 ms instead of the ring's ~16 ms of latency).
+    binary tree between units, reduce up then broadcast down: latency 2 x ((members per unit
+    - 1) chain steps x 4.0/3.4 (PCIe: 4.0/5.7) of latency_intra_s + log2(units) x
+    latency_inter_s), against the ring's 2(n-1) steps; each rank moves 2 S at 0.92 of the
+    ring's rate, times NCCL's tree correction for 64 B-256 MiB (0.5-0.9). It wins for small
+    and medium buffers and at scale (4 MiB on 512 nodes: ~0.2 ms instead of the ring's ~16 ms
+    of latency).
   PAT (NCCL 2.23+, all-gather / reduce-scatter when every rank is alone on its unit):
     latency_inter_s x (log2(n) / 3.5 + 0.2 n), the whole buffer once at 0.75 of the NIC rate.
   all_to_all: every rank sends S/n to each peer at once; the peers in its domain over the
@@ -68,6 +69,7 @@ from typing import Any
 from meshplan.costs.placement import GroupPlacement
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster, get_gpu, get_interconnect
+from meshplan.memo import MISS, IdentityMemo
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 """The collectives collective_time knows."""
@@ -193,7 +195,18 @@ def collective_choice(
         raise ConfigError(f"unknown collective {op!r}; use one of {', '.join(OPS)}")
     if group.size <= 1 or size_bytes <= 0:
         return 0.0, ""
-    return fn(float(size_bytes), group, cluster, consts or load_constants(cluster.gpu.name))
+    c = consts or load_constants(cluster.gpu.name)
+    key = (op, size_bytes, id(group), id(cluster), id(c))
+    hit = _CHOICES.find(key, group, cluster, c)
+    if hit is not MISS:
+        return hit
+    return _CHOICES.keep(key, (group, cluster, c), fn(float(size_bytes), group, cluster, c))
+
+
+_CHOICES = IdentityMemo(65536)
+"""(op, size, group, cluster, constants) -> (seconds, algorithm): a plan search asks the same
+collective of the same (cached) group placement for many candidates, and pricing every
+algorithm costs more than the look-up."""
 
 
 def p2p_time(
@@ -218,7 +231,9 @@ def bus_bandwidth(op: str, size_bytes: float, ranks: int, seconds: float) -> flo
     return size_bytes * factor / seconds
 
 
-def _all_reduce(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants) -> tuple[float, str]:
+def _all_reduce(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
     """Ring all-reduce; across network units also NCCL's tree; inside one NVSwitch domain
     NVLS; the fastest is taken."""
     n = g.size
@@ -233,44 +248,57 @@ def _all_reduce(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants)
     return min(ring, (nvls, "nvls"))
 
 
-def _tree(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants) -> tuple[float, str]:
+def _tree(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
     """NCCL's tree all-reduce across network units (Simple protocol): a chain inside each unit
     and a double binary tree between units, reducing up and broadcasting down: 2 x (members - 1)
     chain steps and 2 log2(units) network steps, each rank moving twice the buffer at 0.92 of
     the ring's rate times NCCL's medium-size factor (figures in data/nccl_algorithms.yaml)."""
     units, unit_ranks = _network_units(g, cluster)
     tree = _algorithms()["tree"]
-    latency = 2 * ((unit_ranks - 1) * c.latency_intra_s * tree["intra_hop_ratio"]
+    pcie = cluster.gpu.scale_up_link.startswith("pcie") or g.domains > g.nodes
+    intra = tree["intra_hop_ratio_pcie" if pcie else "intra_hop_ratio"]
+    latency = 2 * ((unit_ranks - 1) * c.latency_intra_s * intra
                    + _log2i(units) * c.latency_inter_s * tree["inter_hop_ratio"])
     rate = _ring_rate(g, cluster, c) * tree["bandwidth_share"] * _tree_correction(s)
     return latency + 2 * (s + c.half_bandwidth_bytes) / rate, "tree/simple"
 
 
-def _pat(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants) -> tuple[float, str]:
+def _pat(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
     """NCCL's PAT all-gather / reduce-scatter (2.23+, one rank per node): log2(n) network
     steps of 1/3.5 of a ring step plus a linear 0.2 step per rank, every rank moving the whole
     buffer once at 0.75 of its NIC rate (figures in data/nccl_algorithms.yaml)."""
     pat = _algorithms()["pat"]
-    latency = c.latency_inter_s * (_log2i(g.size) * pat["log_hop_share"] + g.size * pat["rank_hop_share"])
+    steps = _log2i(g.size) * pat["log_hop_share"] + g.size * pat["rank_hop_share"]
+    latency = c.latency_inter_s * steps
     rate = _nic_rate(g, cluster, c) * pat["bandwidth_share"]
     return latency + (s + c.half_bandwidth_bytes) / rate, "pat"
 
 
-def _all_gather(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants) -> tuple[float, str]:
+def _all_gather(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
     """Ring all-gather (or reduce-scatter) of an `s`-byte output; with one rank per network
     unit also NCCL's PAT, the faster taken."""
     ring = _ring(1, (g.size - 1) / g.size * s, s, g, cluster, c)
-    if _network_units(g, cluster)[0] == g.size:
+    if g.ranks_per_domain == 1 and _network_units(g, cluster)[0] == g.size:
         return min(ring, _pat(s, g, cluster, c))
     return ring
 
 
-def _broadcast(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants) -> tuple[float, str]:
+def _broadcast(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
     """Pipelined chain broadcast: every link carries the whole buffer once."""
     return _ring(1, s, s, g, cluster, c)
 
 
-def _all_to_all(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants) -> tuple[float, str]:
+def _all_to_all(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
     """Every rank sends s/n to each peer at once; the busier link class sets the time."""
     n = g.size
     units, unit_ranks = _network_units(g, cluster)
