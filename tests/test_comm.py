@@ -250,5 +250,5 @@ def test_large_messages_and_network_rings_keep_the_simple_protocol() -> None:
     simple = 2 * 7 * ring_only.latency_intra_s + 2 * 7 / 8 * GIB * (1 + ring_only.half_bandwidth_bytes / GIB) / (
         cluster.scale_up_bandwidth_bytes_per_s_per_direction * ring_only.scale_up_efficiency)
     assert big == pytest.approx(simple, rel=1e-9)
-    nodes, multi = whole("b200-180gb", 32)  # AWS EFA record: Simple, ~370 us plateau
+    nodes, multi = whole("b200-180gb", 32)  # AWS EFA record: Simple tree, ~370 us plateau
     assert collective_time("all_reduce", 512 * KIB, nodes, multi) == pytest.approx(357.7e-6, rel=0.25)

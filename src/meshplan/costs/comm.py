@@ -9,7 +9,10 @@ Size convention (`size_bytes`, the "size" column of nccl-tests for each op):
 A group of one rank, or an empty buffer, takes no time.
 
 Model: NCCL's ring (Simple protocol), the algorithm it runs for large messages; NCCL's own
-tuning model (src/graph/tuning.cc) has the same form.
+tuning model (src/graph/tuning.cc) has the same form. Like NCCL, every call takes the fastest
+algorithm the group allows (`collective_choice` names it): the ring in one of three protocols,
+NVLS inside an NVSwitch domain, and across network units NCCL's tree (all-reduce) and PAT
+(all-gather / reduce-scatter at one rank per unit), priced below.
   time = latency + bytes per rank / (achievable bandwidth x saturation(S))
   latency: per-step latency x steps, 2(n-1) steps for all-reduce and n-1 for the gathers and
     broadcast; of these 2(N-1) resp. N-1 cross between the N network units the group spans
@@ -40,6 +43,16 @@ tuning model (src/graph/tuning.cc) has the same form.
     (PROTOCOLS, from NCCL's own tuning model) have far lower per-step latency and lower
     bandwidth, and the fastest of the three is taken, so small messages are priced by latency
     as NCCL runs them (see _low_latency for why rings across the network stay Simple).
+  tree (all-reduce across network units, Simple protocol; NCCL's figures in
+    data/nccl_algorithms.yaml, v2.27.7-1 tuning.cc): a chain inside each unit and a double
+    binary tree between units, reduce up then broadcast down: latency 2 x ((members per unit
+    - 1) chain steps x 4.0/3.4 (PCIe: 4.0/5.7) of latency_intra_s + log2(units) x
+    latency_inter_s), against the ring's 2(n-1) steps; each rank moves 2 S at 0.92 of the
+    ring's rate, times NCCL's tree correction for 64 B-256 MiB (0.5-0.9). It wins for small
+    and medium buffers and at scale (4 MiB on 512 nodes: ~0.2 ms instead of the ring's ~16 ms
+    of latency).
+  PAT (NCCL 2.23+, all-gather / reduce-scatter when every rank is alone on its unit):
+    latency_inter_s x (log2(n) / 3.5 + 0.2 n), the whole buffer once at 0.75 of the NIC rate.
   all_to_all: every rank sends S/n to each peer at once; the peers in its domain over the
     scale-up links, the peers outside its unit over its NIC share; the busier link class sets
     the time; latency: one intra-node step per peer, plus one network latency.
@@ -56,6 +69,7 @@ from typing import Any
 from meshplan.costs.placement import GroupPlacement
 from meshplan.errors import ConfigError
 from meshplan.hardware import Cluster, get_gpu, get_interconnect
+from meshplan.memo import MISS, IdentityMemo
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 """The collectives collective_time knows."""
@@ -113,6 +127,31 @@ def _families() -> dict[str, Any]:
 
 
 @functools.cache
+def _algorithms() -> dict[str, dict[str, Any]]:
+    """NCCL's tree and PAT figures (costs/data/nccl_algorithms.yaml): {algorithm: {name: value}}."""
+    from meshplan.yamlread import load_packaged
+
+    data = resources.files("meshplan.costs").joinpath("data", "nccl_algorithms.yaml")
+    rows = load_packaged(data.read_text())
+    return {
+        algo: {k: v["value"] for k, v in rows[algo].items() if isinstance(v, dict)}
+        for algo in ("tree", "pat")
+    }
+
+
+def _log2i(n: int) -> int:
+    """floor(log2(n)) for n >= 1, as NCCL's log2i."""
+    return n.bit_length() - 1
+
+
+def _tree_correction(s: float) -> float:
+    """NCCL's tree bandwidth factor for an `s`-byte buffer (1 outside 64 B..256 MiB)."""
+    index = _log2i(int(s) >> 6) if s >= 64 else -1
+    factors = _algorithms()["tree"]["simple_correction"]
+    return factors[index] if 0 <= index < len(factors) else 1.0
+
+
+@functools.cache
 def family_constants(family: str) -> CommConstants:
     """The constants of one row of comm_constants.yaml (e.g. `nvidia-hopper`)."""
     rows = _families()
@@ -138,12 +177,36 @@ def collective_time(
     consts: CommConstants | None = None,
 ) -> float:
     """Seconds for one `op` of `size_bytes` (see the module docstring) on `group`."""
+    return collective_choice(op, size_bytes, group, cluster, consts)[0]
+
+
+def collective_choice(
+    op: str,
+    size_bytes: float,
+    group: GroupPlacement,
+    cluster: Cluster,
+    consts: CommConstants | None = None,
+) -> tuple[float, str]:
+    """(seconds, algorithm) of one `op`: the algorithm NCCL's cost model would run, named
+    "ring/simple", "ring/ll", "ring/ll128", "tree/simple", "nvls", "pat" or, for all-to-all,
+    "direct"; ("", 0 s) for a group of one rank or an empty buffer."""
     fn = _OPS.get(op)
     if fn is None:
         raise ConfigError(f"unknown collective {op!r}; use one of {', '.join(OPS)}")
     if group.size <= 1 or size_bytes <= 0:
-        return 0.0
-    return fn(float(size_bytes), group, cluster, consts or load_constants(cluster.gpu.name))
+        return 0.0, ""
+    c = consts or load_constants(cluster.gpu.name)
+    key = (op, size_bytes, id(group), id(cluster), id(c))
+    hit = _CHOICES.find(key, group, cluster, c)
+    if hit is not MISS:
+        return hit
+    return _CHOICES.keep(key, (group, cluster, c), fn(float(size_bytes), group, cluster, c))
+
+
+_CHOICES = IdentityMemo(65536)
+"""(op, size, group, cluster, constants) -> (seconds, algorithm): a plan search asks the same
+collective of the same (cached) group placement for many candidates, and pricing every
+algorithm costs more than the look-up."""
 
 
 def p2p_time(
@@ -168,28 +231,74 @@ def bus_bandwidth(op: str, size_bytes: float, ranks: int, seconds: float) -> flo
     return size_bytes * factor / seconds
 
 
-def _all_reduce(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants) -> float:
-    """Ring all-reduce, or NVLS inside one NVSwitch domain when that is faster."""
+def _all_reduce(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
+    """Ring all-reduce; across network units also NCCL's tree; inside one NVSwitch domain
+    NVLS; the fastest is taken."""
     n = g.size
     ring = _ring(2, 2 * (n - 1) / n * s, s, g, cluster, c)
+    units = _network_units(g, cluster)[0]
+    if units > 1:
+        return min(ring, _tree(s, g, cluster, c))
     if g.domains > 1 or not _has_nvls(cluster, c):
         return ring
     rate = cluster.scale_up_bandwidth_bytes_per_s_per_direction * c.nvls_allreduce_efficiency
     nvls = 2 * (n - 1) * c.latency_intra_s + (s + c.half_bandwidth_bytes) / rate
-    return min(ring, nvls)
+    return min(ring, (nvls, "nvls"))
 
 
-def _all_gather(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants) -> float:
-    """Ring all-gather of an `s`-byte output."""
-    return _ring(1, (g.size - 1) / g.size * s, s, g, cluster, c)
+def _tree(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
+    """NCCL's tree all-reduce across network units (Simple protocol): a chain inside each unit
+    and a double binary tree between units, reducing up and broadcasting down: 2 x (members - 1)
+    chain steps and 2 log2(units) network steps, each rank moving twice the buffer at 0.92 of
+    the ring's rate times NCCL's medium-size factor (figures in data/nccl_algorithms.yaml)."""
+    units, unit_ranks = _network_units(g, cluster)
+    tree = _algorithms()["tree"]
+    pcie = cluster.gpu.scale_up_link.startswith("pcie") or g.domains > g.nodes
+    intra = tree["intra_hop_ratio_pcie" if pcie else "intra_hop_ratio"]
+    latency = 2 * ((unit_ranks - 1) * c.latency_intra_s * intra
+                   + _log2i(units) * c.latency_inter_s * tree["inter_hop_ratio"])
+    rate = _ring_rate(g, cluster, c) * tree["bandwidth_share"] * _tree_correction(s)
+    return latency + 2 * (s + c.half_bandwidth_bytes) / rate, "tree/simple"
 
 
-def _broadcast(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants) -> float:
+def _pat(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
+    """NCCL's PAT all-gather / reduce-scatter (2.23+, one rank per node): log2(n) network
+    steps of 1/3.5 of a ring step plus a linear 0.2 step per rank, every rank moving the whole
+    buffer once at 0.75 of its NIC rate (figures in data/nccl_algorithms.yaml)."""
+    pat = _algorithms()["pat"]
+    steps = _log2i(g.size) * pat["log_hop_share"] + g.size * pat["rank_hop_share"]
+    latency = c.latency_inter_s * steps
+    rate = _nic_rate(g, cluster, c) * pat["bandwidth_share"]
+    return latency + (s + c.half_bandwidth_bytes) / rate, "pat"
+
+
+def _all_gather(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
+    """Ring all-gather (or reduce-scatter) of an `s`-byte output; with one rank per network
+    unit also NCCL's PAT, the faster taken."""
+    ring = _ring(1, (g.size - 1) / g.size * s, s, g, cluster, c)
+    if g.ranks_per_domain == 1 and _network_units(g, cluster)[0] == g.size:
+        return min(ring, _pat(s, g, cluster, c))
+    return ring
+
+
+def _broadcast(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
     """Pipelined chain broadcast: every link carries the whole buffer once."""
     return _ring(1, s, s, g, cluster, c)
 
 
-def _all_to_all(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants) -> float:
+def _all_to_all(
+    s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
+) -> tuple[float, str]:
     """Every rank sends s/n to each peer at once; the busier link class sets the time."""
     n = g.size
     units, unit_ranks = _network_units(g, cluster)
@@ -204,48 +313,55 @@ def _all_to_all(s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants)
     if units > 1:
         seconds = max(seconds, per_peer * (n - unit_ranks) / _nic_rate(g, cluster, c))
     latency = (n - 1) * c.latency_intra_s + (c.latency_inter_s if units > 1 else 0.0)
-    return latency + seconds * (1.0 + c.half_bandwidth_bytes / s)
+    return latency + seconds * (1.0 + c.half_bandwidth_bytes / s), "direct"
 
 
 def _ring(
     rounds: int, per_rank: float, s: float, g: GroupPlacement, cluster: Cluster, c: CommConstants
-) -> float:
+) -> tuple[float, str]:
     """A ring of `rounds` passes of n-1 steps moving `per_rank` bytes out of every rank, in the
     fastest of NCCL's three protocols (see `_low_latency`)."""
     n = g.size
-    units, unit_ranks = _network_units(g, cluster)
+    units = _network_units(g, cluster)[0]
     intra_steps, inter_steps = rounds * (n - units), rounds * (units - 1)
     latency = intra_steps * c.latency_intra_s + inter_steps * c.latency_inter_s
+    rate = _ring_rate(g, cluster, c)
+    simple = latency + per_rank * (1.0 + c.half_bandwidth_bytes / s) / rate
+    if units > 1:
+        return simple, "ring/simple"
+    return min((simple, "ring/simple"), _low_latency(intra_steps, per_rank, rate, g, cluster))
+
+
+def _ring_rate(g: GroupPlacement, cluster: Cluster, c: CommConstants) -> float:
+    """Bytes/s a rank streams in a ring over `g`: the slowest link class the ring crosses."""
     rate = math.inf
     if g.ranks_per_domain > 1:
         rate = _scale_up_rate(g.ranks_per_domain, cluster, c)
     if g.domains > g.nodes:  # domains smaller than a node: the ring hops between them on PCIe
         rate = min(rate, g.ranks_per_domain * _host_rate(cluster, c))
+    units, unit_ranks = _network_units(g, cluster)
     if units > 1:  # the unit's boundary traffic is spread over its members' NIC shares
         rate = min(rate, unit_ranks * _nic_rate(g, cluster, c))
-    simple = latency + per_rank * (1.0 + c.half_bandwidth_bytes / s) / rate
-    if units > 1:
-        return simple
-    return min(simple, _low_latency(intra_steps, per_rank, rate, g, cluster))
+    return rate
 
 
 def _low_latency(steps: int, per_rank: float, rate: float, g: GroupPlacement,
-                 cluster: Cluster) -> float:
+                 cluster: Cluster) -> tuple[float, str]:
     """The ring inside one node or NVLink domain in NCCL's LL or LL128 protocol, whichever is
     faster: flags travel with the data, so a step costs a fraction of a Simple step's latency
     but a line carries less payload (see PROTOCOLS). LL128 needs NVLink end to end.
 
-    Across the network the Simple ring stays: the only multi-node small-message record
-    (allreduce-busbw-aws-p6-b200-4nodes, AWS EFA) plateaus at ~370 us from 256 KiB to 2 MiB,
-    as the fitted Simple latencies give, where LL would predict under 130 us; the EFA plugin
-    (aws-ofi-nccl) runs NCCL with the Simple protocol, LL needing ordered 8-byte writes."""
+    Across the network the Simple protocol stays (ring and tree alike): the only multi-node
+    small-message record (allreduce-busbw-aws-p6-b200-4nodes, AWS EFA) plateaus at ~370 us
+    from 256 KiB to 2 MiB, which the Simple tree with the fitted network step gives, where LL
+    would predict under 130 us."""
     pcie = cluster.gpu.scale_up_link.startswith("pcie") or g.domains > g.nodes
-    best = math.inf
+    best = (math.inf, "")
     for name, proto in PROTOCOLS.items():
         if name == "ll128" and pcie:
             continue
         latency = proto["base_s"] + steps * proto["hop_s"]["pcie" if pcie else "nvlink"]
-        best = min(best, latency + per_rank / (rate * proto["bandwidth_share"]))
+        best = min(best, (latency + per_rank / (rate * proto["bandwidth_share"]), "ring/" + name))
     return best
 
 
