@@ -154,10 +154,10 @@ def test_nvl72_domain_stays_on_nvlink() -> None:
 
 
 def test_amd_xgmi_mesh_pairs_use_one_link() -> None:
-    """xGMI is a full mesh: 2 of 8 MI300X share one 64 GB/s link (48 GB/s usable,
-    ROCm/rccl#1210)."""
+    """xGMI is a full mesh: 2 of 8 MI300X share one 64 GB/s link (TransferBench in the ROCm blog
+    on RCCL and xGMI: 46.6 GB/s per link on average, 45-48; ROCm/rccl#1210: 48 usable)."""
     cluster = Cluster.build("mi300x-192gb", 8)
-    assert 4 * GIB / p2p_time(4 * GIB, False, cluster) / GB == pytest.approx(48, rel=0.05)
+    assert 4 * GIB / p2p_time(4 * GIB, False, cluster) / GB == pytest.approx(46.55, rel=0.05)
     pair = group_placement({"tp": 2, "dp": 4}, "tp-dp", ("tp",), cluster)
     full = group_placement({"tp": 8}, "tp", ("tp",), cluster)
     assert busbw("all_reduce", GIB, full, cluster) > 5 * busbw("all_reduce", GIB, pair, cluster)

@@ -151,6 +151,26 @@ def test_mi250x_gcd_is_half_a_package() -> None:
     gcd = get_gpu("mi250x-gcd-64gb")
     assert gcd.peak_flops("bf16") * 2 == pytest.approx(383e12)
     assert gcd.hbm_bandwidth_bytes_per_s * 2 == pytest.approx(3.2768e12)
+    # FP32 GEMMs run on the matrix cores: 95.7 TF per package, as FP64 matrix (vector: 47.9).
+    assert gcd.peak_flops("fp32") * 2 == pytest.approx(95.7e12)
+
+
+def test_amd_matmul_ceilings_divide_by_the_catalog_peaks() -> None:
+    """compute_constants' per-GPU mamf ceilings are measured TFLOPS over the catalog's peak, not
+    over the table's rounded (MI300X/MI325X: 1300) or wrong (MI355X: MI350X's 2300) peak."""
+    from meshplan.costs.constants import gpu_ceiling
+
+    names = {"AMD MI300X": "mi300x-192gb", "AMD MI325X": "mi325x-256gb", "AMD MI355X": "mi355x-288gb"}
+    records = yaml.safe_load((RUN_RECORDS / "hardware-microbench.yaml").read_text())["records"]
+    checked = 0
+    for record in records:
+        name = names.get(record["hardware"]["accelerator"])
+        if name and record["kind"] == "gemm_peak":
+            gpu = get_gpu(name)
+            measured = record["measured"]["tflops"] * 1e12 / gpu.peak_flops("bf16")
+            assert gpu_ceiling(gpu, "gemm_efficiency") == pytest.approx(measured, abs=0.002), name
+            checked += 1
+    assert checked == 3
 
 
 def test_peaks_match_microbench_theoretical_values() -> None:

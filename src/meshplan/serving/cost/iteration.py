@@ -29,7 +29,8 @@ from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.serving.cost.constants import EngineConstants
 from meshplan.serving.cost.graphs import GraphPolicy
-from meshplan.serving.cost.kernels import COMBINE_BYTES, dispatch_bytes_per_element
+from meshplan.serving.cost.kernels import (COMBINE_BYTES, dispatch_bytes_per_element, measured_constants,
+                                           memory_bound_efficiency)
 from meshplan.serving.cost.kvquant import dequant_s_per_byte
 from meshplan.serving.cost.lora import layer_widths, lora_time
 from meshplan.serving.cost.memory import KVLayout, kv_dtype, stage_layers
@@ -53,7 +54,9 @@ class IterationCost:
         """When iterations replay a CUDA graph (None: always, no host floor)."""
         self.device = device_scale
         """Multiplier on device time (a site profile's serving.device; 1 = the packaged model)."""
-        self.c = replace(constants_for(cluster.gpu), hbm_efficiency=engine.weight_read_efficiency)
+        self.c = measured_constants(cluster.gpu, replace(constants_for(cluster.gpu),
+                                                         hbm_efficiency=engine.weight_read_efficiency))
+        """The GPU's op constants: its family's, or its measured rates (serving.cost.kernels)."""
         g = engine.grouped_gemm_efficiency
         self.c_experts = replace(self.c, gemm_efficiency=self.c.gemm_efficiency * g,
                                  fp8_gemm_efficiency=self.c.fp8_gemm_efficiency * g)
@@ -82,7 +85,8 @@ class IterationCost:
 
     def _attention_rates(self) -> None:
         gpu = self.cluster.gpu
-        self.kv_read_s_per_byte = 1.0 / (gpu.hbm_bandwidth_bytes_per_s * self.k.kv_read_efficiency)
+        kv_read = memory_bound_efficiency(gpu.name, self.k.kv_read_efficiency)
+        self.kv_read_s_per_byte = 1.0 / (gpu.hbm_bandwidth_bytes_per_s * kv_read)
         full = [l for l in self.layers.elements() if not _window(l)]
         windowed = [l for l in self.layers.elements() if _window(l)]
         self.full_flops_per_pair = sum(_pair_flops(l, self.plan.tp) for l in full)

@@ -8,17 +8,22 @@ be traced to a table and re-derived by a test:
 - the grouped-GEMM efficiency of MoE experts (grouped rate / dense rate at the same per-expert
   shape, both measured against the shared GEMM shape model of meshplan.costs.ops);
 - the fraction of HBM bandwidth a memory-bound decode attention kernel reaches;
-- the bytes per element of an expert-parallel dispatch (FP8 with per-128 scales) and combine.
+- the bytes per element of an expert-parallel dispatch (FP8 with per-128 scales) and combine;
+- for a GPU with measured whole-GPU rates (the `gpu_*` tables: the AMD Instinct parts today), its
+  GEMM ceilings, fused-attention rate and streaming bandwidth in place of its family's generic
+  constants (`measured_constants`, `stream_fraction`).
 """
 
 from __future__ import annotations
 
 import functools
 import statistics
+from dataclasses import replace
 from importlib import resources
 
 from meshplan.costs.constants import constants_for
-from meshplan.costs.ops import wave_efficiency
+from meshplan.costs.ops import ComputeConstants, wave_efficiency
+from meshplan.hardware import GPUSpec
 from meshplan.hardware.catalog import get_gpu
 from meshplan.yamlread import load_packaged
 
@@ -100,3 +105,99 @@ def dispatch_bytes_per_element(engine: str, compute_dtype: str) -> float:
     if engine in FP8_DISPATCH_ENGINES and compute_dtype in ("fp8", "fp4"):
         return FP8_DISPATCH_BYTES
     return 2.0
+
+
+MIN_LAUNCHES = 10
+"""A measured GEMM sets a GPU's efficiency only if it ran for at least this many kernel launch
+times: a shorter one measures the launch and the first wave's latency, not the math rate."""
+
+
+def _gpu_rows(table: str, gpu_name: str) -> list[dict]:
+    return [r for r in _rows(rates().get(table, {"columns": [], "rows": []})) if r["gpu"] == gpu_name]
+
+
+def gemm_row_efficiency(gpu: GPUSpec, row: dict, c: ComputeConstants) -> float | None:
+    """The GEMM ceiling (`best` of meshplan.costs.ops.gemm_time) at which the shared shape model,
+    with its launch time, takes the measured time of `row`'s GEMM; None for a launch-bound row.
+    A best-shape row fills every CU with whole tiles, so no wave quantization is charged."""
+    m, n, k = row["m"], row["n"], row["k"]
+    flops = 2.0 * m * n * k
+    seconds = flops / (row["tflops"] * 1e12)
+    if seconds < MIN_LAUNCHES * c.launch_s:
+        return None
+    small = min(m, n, k)
+    waves = 1.0 if row["best"] else wave_efficiency(m, n, gpu.sm_count)
+    shape = small / (small + c.gemm_half_dim) * waves
+    return flops / (gpu.peak_flops(row["dtype"]) * shape * (seconds - c.launch_s))
+
+
+def _implied(gpu_name: str, dtype: str, best: bool) -> list[float]:
+    gpu = get_gpu(gpu_name)
+    c = constants_for(gpu)
+    rows = [r for r in _gpu_rows("gpu_gemm", gpu_name) if r["dtype"] == dtype and r["best"] == best]
+    return [e for e in (gemm_row_efficiency(gpu, r, c) for r in rows) if e is not None]
+
+
+@functools.cache
+def typical_over_best() -> float:
+    """How far ordinary shapes fall below a max-achievable search's best shape: the median of
+    (median ceiling of a GPU's ordinary rows / that of its best-shape rows) over the GPU x dtype
+    pairs measured both ways (MI300X FP8: Azure's shapes against AMD's MAF figure)."""
+    ratios = []
+    for gpu_name, dtype in {(r["gpu"], r["dtype"]) for r in _rows(rates()["gpu_gemm"])}:
+        typical, best = _implied(gpu_name, dtype, False), _implied(gpu_name, dtype, True)
+        if typical and best:
+            ratios.append(statistics.median(typical) / statistics.median(best))
+    return statistics.median(ratios)
+
+
+@functools.cache
+def measured_gemm_efficiency(gpu_name: str, dtype: str) -> float | None:
+    """The GEMM ceiling of `dtype` on the GPU (None without a compute-bound row): the median
+    over its ordinary measured shapes, as DeepGEMM's tables on the NVIDIA side; with only
+    best-shape figures, their median x `typical_over_best` (a best shape alone would price
+    every GEMM at the rate of the best one)."""
+    typical = _implied(gpu_name, dtype, False)
+    if typical:
+        return statistics.median(typical)
+    best = _implied(gpu_name, dtype, True)
+    return statistics.median(best) * typical_over_best() if best else None
+
+
+@functools.cache
+def stream_fraction(gpu_name: str) -> float | None:
+    """Fraction of the data-sheet HBM bandwidth a streaming kernel measured on the GPU (gpu_stream,
+    BabelStream Copy), or None."""
+    rows = _gpu_rows("gpu_stream", gpu_name)
+    if not rows:
+        return None
+    best = max(r["copy_gb_per_s"] for r in rows) * 1e9
+    return best / get_gpu(gpu_name).hbm_bandwidth_bytes_per_s
+
+
+@functools.cache
+def attention_fraction(gpu_name: str) -> float | None:
+    """Measured fused-attention forward rate over the GPU's BF16 dense peak (gpu_attention_forward),
+    or None."""
+    rows = _gpu_rows("gpu_attention_forward", gpu_name)
+    if not rows:
+        return None
+    return statistics.median(r["tflops"] for r in rows) * 1e12 / get_gpu(gpu_name).peak_flops("bf16")
+
+
+def memory_bound_efficiency(gpu_name: str, efficiency: float) -> float:
+    """An engine's memory-bound efficiency (weight streaming, paged KV reads) on this GPU: no
+    kernel streams faster than the GPU's measured copy rate, so that caps it where measured."""
+    measured = stream_fraction(gpu_name)
+    return efficiency if measured is None else min(efficiency, measured)
+
+
+def measured_constants(gpu: GPUSpec, c: ComputeConstants) -> ComputeConstants:
+    """`c` with the GPU's measured rates in place of its family's constants where the gpu_*
+    tables have them: the BF16 and FP8 GEMM ceilings, the fused-attention efficiency, and the
+    HBM efficiency capped at the measured copy rate. Unchanged for a GPU without rows."""
+    found = {"gemm_efficiency": measured_gemm_efficiency(gpu.name, "bf16"),
+             "fp8_gemm_efficiency": measured_gemm_efficiency(gpu.name, "fp8"),
+             "fused_attention_efficiency": attention_fraction(gpu.name),
+             "hbm_efficiency": memory_bound_efficiency(gpu.name, c.hbm_efficiency)}
+    return replace(c, **{name: value for name, value in found.items() if value is not None})
