@@ -98,7 +98,7 @@ def test_engine_blog_records_cite_a_commit_and_state_their_pools():
     from meshplan.validate.records import load_records
 
     records = load_records(HELD_OUT / "serving-engines-2025.yaml")
-    assert {r.serving.engine for r in records} == {"sglang", "tensorrt-llm"}
+    assert {r.serving.engine for r in records} == {"sglang", "tensorrt-llm", "vllm"}
     for r in records:
         assert re.fullmatch(r"[0-9a-f]{40}", r.source["commit"]) and r.source["path"].endswith(".md"), r.id
         assert r.notes and r.source["key"], r.id
