@@ -69,3 +69,54 @@ def test_validate_without_files_reads_the_builtin_calibration_records(monkeypatc
     kinds = {r.kind for r in seen}
     assert kinds == {"training", "serving"} and len(seen) > 600
     assert f"of {len(seen)} records" in result.output
+
+
+def test_one_held_out_file_by_name():
+    path = HELD_OUT / "serving-engines-2025.yaml"
+    assert record_set("held-out/serving-engines-2025") == (path,)
+    assert record_set("held-out/serving-engines-2025.yaml") == (path,)
+    with pytest.raises(ConfigError, match="one held-out file: .*held-out/serving-engines-2025"):
+        record_set("held-out/nope")
+    with pytest.raises(ConfigError, match="not a built-in record set"):
+        record_set("held-out/../serving-calibration")
+
+
+def test_every_held_out_record_loads_and_names_where_it_came_from():
+    from meshplan.validate.records import load_records
+
+    for path in SETS["held-out"]:
+        for r in load_records(path):  # the schema's checks (unknown keys, phase-pool metrics)
+            cited = r.source.get("url") or (r.source.get("repo") and r.source.get("commit"))
+            assert cited and r.source.get("where"), (path.name, r.id)
+
+
+def test_engine_blog_records_cite_a_commit_and_state_their_pools():
+    """serving-engines-2025.yaml: each record names the repository, commit and file it was read
+    from and how its numbers were derived; a phase-pool record's GPUs are its pool's."""
+    import re
+
+    from meshplan.validate.records import load_records
+
+    records = load_records(HELD_OUT / "serving-engines-2025.yaml")
+    assert {r.serving.engine for r in records} == {"sglang", "tensorrt-llm", "vllm"}
+    for r in records:
+        assert re.fullmatch(r"[0-9a-f]{40}", r.source["commit"]) and r.source["path"].endswith(".md"), r.id
+        assert r.notes and r.source["key"], r.id
+        dis = r.serving.disaggregated
+        if dis is not None:
+            assert r.hardware.num_gpus == (dis.prefill_gpus or dis.decode_gpus), r.id
+            assert r.serving.dp * r.serving.tp == r.hardware.num_gpus, r.id
+
+
+def test_validate_reports_an_unrepresentable_held_out_record_with_its_reason():
+    """A record the simulator cannot hold is a skip with the reason, never dropped: the GB200
+    prefill instance that offloads weights to host memory does not fit without offload."""
+    from meshplan.validate.records import load_records
+    from meshplan.validate.run import predict
+
+    by_id = {r.id: r for r in load_records(HELD_OUT / "serving-engines-2025.yaml")}
+    picked = [by_id["lmsys-sglang-gb200-dsr1-prefill-fp4-2gpu-2k"], by_id["trtllm-blog1-b200-dsr1-c1-baseline-ep8tp8"]]
+    rows, skips = predict(picked, workers=1)
+    assert [s.id for s in skips] == ["lmsys-sglang-gb200-dsr1-prefill-fp4-2gpu-2k"]
+    assert "does not fit" in skips[0].reason
+    assert [(r.id, r.metric) for r in rows] == [("trtllm-blog1-b200-dsr1-c1-baseline-ep8tp8", "tpot_ms_mean")]

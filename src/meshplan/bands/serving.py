@@ -62,6 +62,12 @@ def _data() -> dict:
     return load_packaged(text)
 
 
+def pooled_files() -> tuple[str, ...]:
+    """Names of the record files whose residuals are in the pools (the fit's `records` list): a
+    held-out file not named here has bands that never saw it."""
+    return tuple(_data()["fit"]["records"])
+
+
 def rows_to_residuals(rows: list[dict]) -> tuple[Residual, ...]:
     names = ServingRegime.__dataclass_fields__
     return tuple(Residual(ServingRegime(**{k: v for k, v in row.items() if k in names}), row["residual"])

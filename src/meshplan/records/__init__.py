@@ -29,7 +29,7 @@ SETS = {
 }
 SETS["all"] = SETS["builtin"] + SETS["held-out"]
 """`meshplan validate --records NAME` -> the packaged files it reads ("builtin" is the calibration
-set, training and serving)."""
+set, training and serving); `--records held-out/FILE` reads one held-out file (record_set)."""
 
 
 def with_set(files: list[Path] | None, name: str | None, default: str | None = None) -> list[Path]:
@@ -40,11 +40,17 @@ def with_set(files: list[Path] | None, name: str | None, default: str | None = N
 
 
 def record_set(name: str) -> tuple[Path, ...]:
-    """The packaged record files of set `name` (see SETS); an unknown name lists the valid ones."""
+    """The packaged record files of set `name` (see SETS), or the one held-out file that
+    `held-out/NAME` names (NAME with or without `.yaml`); an unknown name lists the valid ones."""
     from meshplan.errors import ConfigError
 
-    try:
+    if name.startswith("held-out/"):
+        path = HELD_OUT / name.removeprefix("held-out/")
+        path = path if path.suffix == ".yaml" else path.with_name(path.name + ".yaml")
+        if path in SETS["held-out"]:
+            return (path,)
+    elif name in SETS:
         return SETS[name]
-    except KeyError:
-        raise ConfigError(f"--records {name!r} is not a built-in record set; valid: "
-                          f"{', '.join(SETS)}") from None
+    files = ", ".join(f"held-out/{p.stem}" for p in SETS["held-out"])
+    raise ConfigError(f"--records {name!r} is not a built-in record set; valid: "
+                      f"{', '.join(SETS)}, or one held-out file: {files}")

@@ -26,7 +26,8 @@ def validate(
                                        "none: the built-in calibration records."),
     records_set: str = typer.Option(None, "--records", help="A record set the package ships: "
                                     "builtin (the training and serving calibration records), "
-                                    "training, serving, held-out (never fitted on), all."),
+                                    "training, serving, held-out (never fitted on), all; or one "
+                                    "held-out file, e.g. held-out/serving-engines-2025."),
     json_out: bool = typer.Option(False, "--json", help="Print the SCHEMA.md JSON report."),
     quiet: bool = QUIET,
     strict: bool = typer.Option(False, "--strict", help="Stop at the first record that breaks the "
