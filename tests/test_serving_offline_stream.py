@@ -66,6 +66,13 @@ def test_streamed_metrics_of_a_backlogged_run_equal_the_arrival_events_ones():
     assert lazy.metrics.to_dict() == eager.metrics.to_dict() and lazy.timeseries() == eager.timeseries()
 
 
+def test_a_strided_reader_gives_the_requests_indexing_gives_across_chunks(monkeypatch):
+    monkeypatch.setattr(traffic_stream, "CHUNK", 100)
+    requests = stream_workload(WorkloadSpec(num_requests=1050, dataset="sharegpt"), seed=2).requests
+    for first, step in ((0, 1), (3, 4), (7, 250), (1049, 3)):
+        assert list(requests.strided(first, step)) == [requests[i] for i in range(first, 1050, step)]
+
+
 def test_multi_lora_offline_runs_build_every_request_up_front():
     """Multi-LoRA admission looks past the head of the queue, so it keeps the arrival events."""
     sim = Simulation(MODEL, Cluster.build("h100-sxm-80gb", 1), ServingPlan(lora_adapters=4),
