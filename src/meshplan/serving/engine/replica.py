@@ -507,6 +507,7 @@ class Replica:
             self.step_base = first
 
     def _log(self, end: float) -> None:
+        waiting = len(self.waiting) if self.backlog is None else self.queued
         self.log.append(self.index, self._start, end, self._prefill, self._ndec,
-                        len(self.running), self.queued, self.pool.used, self.pool.total, preempted=self._preempted,
+                        len(self.running), waiting, self.pool.used, self.pool.total, preempted=self._preempted,
                         kind="mixed" if self._chunks and self._decoded else "prefill" if self._chunks else "decode")
