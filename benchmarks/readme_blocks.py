@@ -265,11 +265,13 @@ def render_serving_speed(d: dict) -> str:
 
 
 def render_serving_scale(d: dict) -> str:
-    """A table: wall time and peak RSS per request count, streamed and exact."""
-    rows = [[f"{r['requests']:,}", r["mode"], f"{r['wall_s']:,.0f} s", f"{r['peak_rss_mib']:,.0f} MiB",
-             f"{r['requests'] / r['wall_s']:,.0f}", f"{r['simulated_s'] / 3600:,.1f} h"] for r in d["rows"]]
-    table = _table(["requests", "metrics", "wall time", "peak RSS", "requests per wall s", "simulated traffic"],
-                   ["---:", "---", "---:", "---:", "---:", "---:"], rows)
+    """A table: wall time and peak RSS per request count, streamed and exact, by arrivals (rows
+    saved before offline rows were added carry no `arrival`: they are the Poisson case)."""
+    rows = [[f"{r['requests']:,}", r["mode"], r.get("arrival", "poisson"), f"{r['wall_s']:,.0f} s",
+             f"{r['peak_rss_mib']:,.0f} MiB", f"{r['requests'] / r['wall_s']:,.0f}",
+             f"{r['simulated_s'] / 3600:,.1f} h"] for r in d["rows"]]
+    table = _table(["requests", "metrics", "arrivals", "wall time", "peak RSS", "requests per wall s",
+                    "simulated traffic"], ["---:", "---", "---", "---:", "---:", "---:", "---:"], rows)
     return (f"A day of traffic (`python benchmarks/serving_scale.py --full`; {d['case']}; each run in a "
             f"fresh process, wall time on a shared 2-core machine):\n\n{table}\n")
 

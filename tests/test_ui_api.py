@@ -252,6 +252,24 @@ def test_serve_plan_job_answers_the_cli_json_and_exports_vllm(client, tmp_path):
     assert client.get(f"/api/jobs/{view['id']}/export/vllm").text == text
 
 
+def test_serve_plan_job_sizes_and_screens_trials_as_the_cli_does(client):
+    """Without num_requests the web search runs `serve plan`'s trials: sized by duration (here
+    1,008 requests at the target rate, past the 800 of a short trial, so candidates are screened
+    first) and the same plans, metrics and bands."""
+    body = {"model": "llama-3.2-1b", "gpus": [H100], "request_rate": 150, "max_gpus": 2, "slo_ttft_ms": 200,
+            "slo_tpot_ms": 20, "dataset": "random", "input_len": 128, "output_len": 32}
+    view = wait(client, client.post("/api/serve/plan", json=body).json())
+    assert view["state"] == "done", view["error"]
+    code, out, _ = cli("serve", "plan", "--model", "llama-3.2-1b", "--gpu", H100, "--request-rate", "150",
+                       "--max-gpus", "2", "--slo-ttft-ms", "200", "--slo-tpot-ms", "20", "--dataset", "random",
+                       "--input-len", "128", "--output-len", "32", "--workers", "1", "--json")
+    web, ran = client.get(f"/api/jobs/{view['id']}/json").json(), json.loads(out)
+    assert code == 0 and ran["search"]["requests_per_trial"] == {"min": 800, "max": 1008}
+    for key in ("requests_per_trial", "trial_window_s", "simulations", "simulated_plans"):
+        assert web["search"][key] == ran["search"][key], key
+    assert web["plans"] and web["plans"] == ran["plans"]
+
+
 def test_validate_job_reports_like_the_cli(client, tmp_path):
     record = {"id": "web-test", "kind": "training",
               "source": {"name": "a test input (the figure is made up: only web = CLI is checked)"},

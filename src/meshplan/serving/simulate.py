@@ -21,6 +21,7 @@ from meshplan.errors import ConfigError
 from meshplan.gcpause import cyclic_gc_paused
 from meshplan.hardware import Cluster
 from meshplan.model.spec import ModelSpec
+from meshplan.serving.engine.backlog import Backlog
 from meshplan.serving.engine.deployment import Pool, build_replicas, resolve_pools
 from meshplan.serving.engine.iterations import IterationLog
 from meshplan.serving.cost.lora import assign_adapters
@@ -114,6 +115,9 @@ class Simulation:
         """Replicas meet only at arrivals (open loop, one pool): a replica's decode steps may
         then run ahead of other replicas' events, up to the next arrival."""
         self.next_arrival = math.inf
+        self.backlogs = isinstance(workload, StreamWorkload) and workload.offline and self.adapters is None
+        """An offline streamed run: each replica's share of the requests is built only as its queue
+        reaches it (meshplan.serving.engine.backlog); multi-LoRA admission scans the whole queue."""
         self.records: list[RequestRecord] = []
         self.iterations = 0
         self.done = 0
@@ -137,6 +141,8 @@ class Simulation:
         if closed:
             for i in range(sent):
                 self._push(0.0, ARRIVAL, i)
+        elif self.backlogs:
+            self._arrive_offline()
         elif reqs:
             self._push(reqs[0].arrival_s, ARRIVAL, 0)
             self.next_arrival = reqs[0].arrival_s
@@ -183,16 +189,36 @@ class Simulation:
 
     def _arrive(self, index: int, now: float, upcoming: float = math.inf) -> None:
         req = self.workload.requests[index]
+        replica = self.entry.pick(req)
+        replica.add(self._seq(req, now))
+        self._kick(replica, now, upcoming)
+
+    def _seq(self, req: Request, now: float) -> Seq:
+        """The engine state and record of a request arriving at `now`."""
         arrival = now if self.workload.concurrency else req.arrival_s
         record = SimulatedRecord(id=req.id, arrival_s=arrival, input_len=req.input_len, output_len=req.output_len)
-        replica = self.entry.pick(req)
         seq = Seq(req, record)
         if self.phase == "decode":  # its prompt's KV is already there: it only decodes
             seq.computed, seq.prefilled = req.input_len, True
         if self.adapters is not None:
             seq.adapter = self.adapters[req.id]
-        replica.add(seq)
-        self._kick(replica, now, upcoming)
+        return seq
+
+    def _arrive_offline(self) -> None:
+        """Every request at t=0, as the arrival events would bring them, without building them
+        all: the first request of each entry replica arrives and starts its first iteration,
+        then request i waits on replica i mod n (what each router policy picks while every queue
+        grows by one per arrival and nothing finishes; streamed requests carry no prefix-affinity
+        key), unbuilt in that replica's backlog until its queue reaches it."""
+        reqs, group = self.workload.requests, self.groups[0]
+        total, n = len(reqs), len(group)
+        for i in range(min(n, total)):
+            self.next_arrival = 0.0 if i + 1 < total else math.inf
+            self._arrive(i, 0.0, self.next_arrival)
+        for r, replica in enumerate(group):
+            share = len(range(r + n, total, n))
+            replica.feed(Backlog(share, (self._seq(req, 0.0) for req in reqs.strided(r + n, n))))
+        self.next_arrival = math.inf
 
     def _kick(self, replica: Replica, now: float, horizon: float = math.inf) -> None:
         """Start an iteration on an idle replica that has work: first the pure-decode steps that

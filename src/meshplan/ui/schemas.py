@@ -233,8 +233,9 @@ class ServePlanRequest(SLOFields):
     """Gamma shape of inter-arrivals (< 1 burstier; 1 = Poisson)."""
     shared_prefix_len: int | None = Field(None, ge=0)
     """Tokens of a shared system prompt."""
-    num_requests: int = Field(800, ge=1)
-    """Requests per simulation."""
+    num_requests: int | None = Field(None, ge=1)
+    """Requests per simulation (default: sized by duration as `serve plan` sizes them, so each
+    trial's arrivals span 8 request lifetimes at its rate, 800 to 16,000 requests)."""
     quantization: bool = False
     """Also try fp8 weights and KV cache (changes the model's outputs); default: its own precision."""
     no_quantization: bool = False

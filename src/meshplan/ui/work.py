@@ -223,10 +223,9 @@ def serve_simulate(body: dict, progress: Progress | None = None) -> dict:
 
 
 def serve_plan_inputs(body: dict):
-    """The checked inputs of a serving plan search: (request, targets, unit workload, rate, model,
-    clusters, search space)."""
-    from meshplan.cli.commands.serve import unit_workload
-    from meshplan.cli.commands.serve_plan import _targets
+    """The checked inputs of a serving plan search: (request, targets, unit workload, rate, trial
+    window, model, clusters, search space); the unit and window are the ones `serve plan` sizes."""
+    from meshplan.cli.commands.serve_plan import _targets, sized_unit_workload
     from meshplan.hardware import Cluster
     from meshplan.model import load_model
     from meshplan.serving.search.candidates import Space
@@ -234,24 +233,25 @@ def serve_plan_inputs(body: dict):
 
     r = ServePlanRequest(**body)
     t = _targets(r.slo_ttft_ms, r.slo_tpot_ms, r.slo_e2e_ms, r.slo_percentile)
-    unit, rate = unit_workload(None, None, "stop", r.seed, r.request_rate, num_requests=r.num_requests,
-                                dataset=r.dataset, input_len=r.input_len, output_len=r.output_len,
-                                range_ratio=r.range_ratio, burstiness=r.burstiness,
-                                shared_prefix_len=r.shared_prefix_len)
+    unit, rate, window = sized_unit_workload(
+        t, r.num_requests, trace=None, trace_format=None, on_error="stop", seed=r.seed, rate=r.request_rate,
+        dataset=r.dataset, input_len=r.input_len, output_len=r.output_len, range_ratio=r.range_ratio,
+        burstiness=r.burstiness, shared_prefix_len=r.shared_prefix_len)
     spec = load_model(r.model)
     clusters = [Cluster.build(g, 1) for g in r.gpus]
     space = Space(engine=r.engine, quantize=r.quantization and not r.no_quantization, disaggregate=not r.no_disaggregation)
-    return r, t, unit, rate, spec, clusters, space
+    return r, t, unit, rate, window, spec, clusters, space
 
 
 def serve_plan(body: dict, progress: Progress | None = None) -> dict:
-    """`serve plan --json` of a ServePlanRequest (simulated in this process: no nested pool)."""
+    """`serve plan --json` of a ServePlanRequest (simulated in this process: no nested pool): the
+    same sized and screened capacity trials, the plans with their bands."""
     from meshplan.serving.search.report import result_dict, why
     from meshplan.serving.search.run import search
 
-    r, t, unit, rate, spec, clusters, space = serve_plan_inputs(body)
+    r, t, unit, rate, window, spec, clusters, space = serve_plan_inputs(body)
     result = search(spec, clusters, unit, rate, t, max_gpus=r.max_gpus, objective=r.objective,
-                    prices=dict(r.prices), space=space, top=r.top, workers=1)
+                    prices=dict(r.prices), space=space, top=r.top, workers=1, window=window)
 
     def page():
         from meshplan.report.pages_serving import serve_plan_page
@@ -259,7 +259,7 @@ def serve_plan(body: dict, progress: Progress | None = None) -> dict:
         return serve_plan_page(result, why(result), f"{spec.name}: serving plan search", "meshplan serve plan",
                                inputs(body))
 
-    return {**result_dict(result, r.model), "why": why(result), "report": report_json(page)}
+    return {**result_dict(result, r.model, spec), "why": why(result), "report": report_json(page)}
 
 
 def validate(body: dict, progress: Progress | None = None) -> dict:

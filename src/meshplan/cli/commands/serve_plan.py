@@ -92,7 +92,7 @@ def plan_cmd(
     shared_prefix_len: int = typer.Option(None, help="Tokens of a shared system prompt."),
     num_requests: int = typer.Option(
         None, help="Requests per simulation (default: sized by duration, so each trial's arrivals span "
-        "3 request lifetimes at its rate, 800 to 16,000 requests; see docs/serving/plan-search.md)."),
+        "8 request lifetimes at its rate, 800 to 16,000 requests; see docs/serving/plan-search.md)."),
     trace: Path = typer.Option(None, "--trace", help="Plan for this trace's traffic instead."),
     trace_format: str = typer.Option(None, help="burstgpt, azure or mooncake (default: told from the file's first line)."),
     on_error: str = typer.Option("stop", help="Malformed trace rows: stop or skip."),

@@ -14,6 +14,7 @@ from collections import deque
 import numpy as np
 
 from meshplan.serving.cost.iteration import IterationCost
+from meshplan.serving.engine.backlog import Backlog
 from meshplan.serving.engine.decodeset import DecodeSet
 from meshplan.serving.engine.iterations import IterationLog
 from meshplan.serving.engine.kvcache import BlockPool
@@ -45,6 +46,8 @@ class Replica:
         self.step_base = 0
         """Decode steps dropped from the front of `decode_end_s` (`trim_steps`, streamed runs)."""
         self.waiting: deque[Seq] = deque()
+        self.backlog: Backlog | None = None
+        """Offline runs: the requests queued behind `waiting`, not yet built (see `feed`)."""
         self.running: dict[int, Seq] = {}
         self.prefilling: dict[int, Seq] = {}
         self.busy = False
@@ -67,13 +70,24 @@ class Replica:
         """Prompt tokens this iteration copies back from the CPU tier."""
 
     @property
+    def queued(self) -> int:
+        """Requests waiting here, built or not."""
+        return len(self.waiting) + (self.backlog.count if self.backlog is not None else 0)
+
+    @property
     def outstanding(self) -> int:
         """Requests queued or running here."""
-        return len(self.waiting) + len(self.running)
+        return self.queued + len(self.running)
 
     def add(self, seq: Seq) -> None:
         """Queue a request (FCFS)."""
         self.waiting.append(seq)
+
+    def feed(self, backlog: Backlog) -> None:
+        """Queue `backlog`'s requests behind the waiting ones, built one at a time as the queue
+        empties (an offline run: nothing else is queued here after them)."""
+        self.backlog = backlog
+        backlog.refill(self.waiting)
 
     def has_work(self) -> bool:
         """Whether an iteration can run now."""
@@ -276,6 +290,8 @@ class Replica:
             if n < left and not self.cfg.chunked_prefill:
                 return
             self.waiting.popleft()
+            if self.backlog is not None:
+                self.backlog.refill(self.waiting)
             self._take(seq, hit)
             if cpu:
                 seq.computed += cpu
@@ -354,6 +370,8 @@ class Replica:
         if self._blocks_to_admit(seq) > self.pool.available():
             return False
         self.waiting.popleft()
+        if self.backlog is not None:
+            self.backlog.refill(self.waiting)
         self.pool.allocate(self.window_blocks)
         seq.window_blocks = self.window_blocks
         self.running[seq.req.id] = seq
@@ -489,9 +507,7 @@ class Replica:
             self.step_base = first
 
     def _log(self, end: float) -> None:
-        self.log.append(self.index, self._start, end,
-                        self._prefill,
-                        self._ndec,
-                        len(self.running), len(self.waiting), self.pool.used, self.pool.total,
-                        preempted=self._preempted,
+        waiting = len(self.waiting) if self.backlog is None else self.queued
+        self.log.append(self.index, self._start, end, self._prefill, self._ndec,
+                        len(self.running), waiting, self.pool.used, self.pool.total, preempted=self._preempted,
                         kind="mixed" if self._chunks and self._decoded else "prefill" if self._chunks else "decode")

@@ -12,6 +12,7 @@ same as `synthesize` (which draws all lengths from one generator).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +53,17 @@ class LazyRequests:
 
     def __iter__(self):
         return (self[i] for i in range(self._count))
+
+    def strided(self, first: int, step: int) -> Iterator[Request]:
+        """Requests first, first + step, ... in order, each built when reached (the same Request
+        indexing gives). It draws the chunks it crosses itself and keeps one chunk's lengths, so
+        readers at different places (the replicas of an offline run) do not evict each other's."""
+        loaded, columns = -1, ([], [], [])
+        for i in range(first, self._count, step):
+            chunk, at = divmod(i, CHUNK)
+            if chunk != loaded:
+                columns, loaded = [a.tolist() for a in self._draw(chunk)], chunk
+            yield Request(id=i, arrival_s=columns[0][at], input_len=columns[1][at], output_len=columns[2][at])
 
 
 @dataclass(slots=True, kw_only=True)
