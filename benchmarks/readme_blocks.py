@@ -186,7 +186,11 @@ def render_serving_groups(acc: dict) -> str:
 
 SERVING_HOLDOUT_NAMES = {"mlperf-inference-v5.1": "MLPerf Inference v5.1 (Llama 2 70B, Llama 3.1 405B)",
                          "serving-engines-2025": "The engines' own 2025 publications (SGLang on LMSYS's blog, a "
-                                                 "TensorRT-LLM tech blog, vLLM's recipes: DeepSeek-V3/R1, Kimi K2)"}
+                                                 "TensorRT-LLM tech blog, vLLM's recipes: DeepSeek-V3/R1, Kimi K2)",
+                         "serving-engines-2025b": "The engines' own publications, second pass (SGLang's gpt-oss-120b "
+                                                  "post and cookbook: gpt-oss-120b, Qwen3-235B, DeepSeek-R1 and Kimi K2 "
+                                                  "on B200, Llama 3.1 70B on A100, DeepSeek-V3, Kimi K2 and Llama 4 "
+                                                  "Scout on MI300X; TensorRT-LLM's FP8 Llama 2 70B on one H200)"}
 HOLDOUT_QUANTITIES = {"throughput": "output tokens/s", "input_throughput": "input tokens/s", "ttft": "TTFT mean",
                       "ttft_p99": "TTFT p99", "tpot": "TPOT mean", "tpot_p99": "TPOT p99"}
 

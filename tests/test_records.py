@@ -90,15 +90,17 @@ def test_every_held_out_record_loads_and_names_where_it_came_from():
             assert cited and r.source.get("where"), (path.name, r.id)
 
 
-def test_engine_blog_records_cite_a_commit_and_state_their_pools():
-    """serving-engines-2025.yaml: each record names the repository, commit and file it was read
+@pytest.mark.parametrize(("name", "engines"), [("serving-engines-2025", {"sglang", "tensorrt-llm", "vllm"}),
+                                              ("serving-engines-2025b", {"sglang", "tensorrt-llm"})])
+def test_engine_blog_records_cite_a_commit_and_state_their_pools(name, engines):
+    """serving-engines-2025*.yaml: each record names the repository, commit and file it was read
     from and how its numbers were derived; a phase-pool record's GPUs are its pool's."""
     import re
 
     from meshplan.validate.records import load_records
 
-    records = load_records(HELD_OUT / "serving-engines-2025.yaml")
-    assert {r.serving.engine for r in records} == {"sglang", "tensorrt-llm", "vllm"}
+    records = load_records(HELD_OUT / f"{name}.yaml")
+    assert {r.serving.engine for r in records} == engines
     for r in records:
         assert re.fullmatch(r"[0-9a-f]{40}", r.source["commit"]) and r.source["path"].endswith(".md"), r.id
         assert r.notes and r.source["key"], r.id

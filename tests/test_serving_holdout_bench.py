@@ -68,3 +68,14 @@ def test_the_block_shows_only_quantities_with_values_and_says_when_bands_never_s
     text = rb.render_serving_holdout({"files": {"x": f}})
     assert "never seen these records" in text and "output tokens/s" not in text
     assert "input tokens/s, disaggregated prefill, MoE" in text and "input tokens/s, offline arrivals" in text
+
+
+def test_every_held_out_serving_file_has_a_title_in_the_block():
+    """The block names each held-out file with serving records by its title, not its file stem."""
+    import readme_blocks
+
+    from meshplan.records import SETS
+
+    serving = [p.stem for p in SETS["held-out"] if any(r.kind == "serving" for r in load_records(p))]
+    assert "serving-engines-2025b" in serving
+    assert [s for s in serving if s not in readme_blocks.SERVING_HOLDOUT_NAMES] == []
