@@ -167,3 +167,19 @@ def test_cli_flag_and_exporters():
     plan = dict(dp=2, ep=2, enable_two_batch_overlap=True)
     assert "--enable-two-batch-overlap" in export_serving("sglang", "Qwen/Qwen3-30B-A3B", ServingPlan(engine="sglang", **plan))
     assert "--enable-dbo" in export_serving("vllm", "Qwen/Qwen3-30B-A3B", ServingPlan(**plan))
+
+
+def test_vllm_splits_only_above_its_token_thresholds():
+    # vLLM's dual batch overlap micro-batches decode-only steps above 32 tokens and steps with a
+    # prefill above 512 (ParallelConfig.dbo_*_token_threshold); SGLang splits any two requests.
+    assert engine_defaults("vllm", 80 * 2**30).two_batch_above_tokens == (32, 512)
+    assert engine_defaults("sglang", 80 * 2**30).two_batch_above_tokens == (1, 1)
+    off, on = costs(DSV3, 72, weights_dtype="fp8")
+    vllm = IterationCost(on.model, on.cluster, on.plan, on.kv, on.k, two_batch_overlap=True, two_batch_above=(32, 512))
+    assert vllm(*decode_args(32)) == off(*decode_args(32)) != on(*decode_args(32))
+    assert vllm(*decode_args(33)) == on(*decode_args(33))
+    prefill = (512, 1, 0, 0.0, 512, 512 * 513 / 2, 1)
+    assert vllm(*prefill) == off(*prefill) != on(*prefill)
+    calls = np.array([decode_args(32), decode_args(33), prefill, (513, 1, 0, 0.0, 513, 513 * 514 / 2, 1)], dtype=float)
+    expected = [vllm(*map(int, row[:3]), row[3], int(row[4]), row[5], int(row[6])) for row in calls]
+    assert np.allclose(vllm.batch(calls), expected, rtol=1e-12, atol=0)

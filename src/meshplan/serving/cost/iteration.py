@@ -50,7 +50,7 @@ class IterationCost:
 
     def __init__(self, model: ModelSpec, cluster: Cluster, plan: ServingPlan, kv: KVLayout,
                  engine: EngineConstants, graphs: GraphPolicy | None = None, device_scale: float = 1.0,
-                 two_batch_overlap: bool = False):
+                 two_batch_overlap: bool = False, two_batch_above: tuple[int, int] = (1, 1)):
         self.model, self.cluster, self.plan, self.kv, self.k = model, cluster, plan, kv, engine
         self.graphs = graphs
         """When iterations replay a CUDA graph (None: always, no host floor)."""
@@ -77,6 +77,8 @@ class IterationCost:
         self.moe_layers = sum(n for layer, n in self.layers.items() if isinstance(layer.mlp, MoEMLP))
         self.tbo = two_batch_overlap and plan.ep > 1 and self.moe_layers > 0
         """MoE layers run as two overlapping micro-batches (meshplan.serving.cost.overlap)."""
+        self.tbo_above = two_batch_above
+        """(decode-only, with a prefill): steps of more tokens than this are split."""
         self._tbo_memo: dict[int, tuple[float, float, float, float]] = {}
         self._groups()
         self._attention_rates()
@@ -114,7 +116,7 @@ class IterationCost:
             tokens, decode_seqs = math.ceil(tokens / pp), decode_seqs / pp
             decode_ctx, prefill_tokens = decode_ctx / pp, prefill_tokens / pp
             prefill_pairs, logits_rows = prefill_pairs / pp, math.ceil(logits_rows / pp)
-        if self.tbo and tokens >= 2:
+        if self.tbo and tokens > max(1, self.tbo_above[prefill_tokens > 0]):
             attention = self.decode_attention(decode_seqs, decode_ctx) + self.prefill_attention(prefill_tokens, prefill_pairs)
             stage = self._two_batch(tokens, attention) + self.head(logits_rows)
         else:
@@ -151,7 +153,8 @@ class IterationCost:
         stage += prefill
         if self.tbo:  # two micro-batches where there are two rows to split
             overlapped = self._two_batch_many(t, decode + prefill) + _per_value(self.head, rows)
-            stage = np.where(t >= 2, overlapped, stage)
+            above = np.maximum(1, np.where(pre > 0, self.tbo_above[1], self.tbo_above[0]))
+            stage = np.where(t > above, overlapped, stage)
         stage += self.num_layers * self.k.layer_s  # in __call__'s order: equal to the last bit
         if pp > 1:
             stage += _per_value(lambda n: p2p_time(n * self.model.hidden_size * 2.0, False, self.cluster), t)

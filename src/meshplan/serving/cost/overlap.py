@@ -14,7 +14,8 @@ What the engines do (read in their sources and the LMSYS write-up, cited in
   before the first MoE layer (DeepSeek-V3's first three) run on the whole batch first, and the
   halves are merged again before the LM head (DeepseekV2Model.forward: `can_run_tbo`).
 - vLLM (`--enable-dbo`, dual batch overlap, vllm/config/parallel.py): two micro-batches the same
-  way, above a token threshold (not modeled). SGLang's write-up says its TBO follows the design of
+  way, only for steps above a token threshold (32 decode-only, 512 with a prefill by default:
+  `above_tokens` in engine_defaults.yaml, applied by IterationCost). SGLang's write-up says its TBO follows the design of
   DeepSeek's own inference system (deepseek-ai/profile-data), which overlaps two micro-batches in
   prefill and decode alike.
 
