@@ -33,8 +33,8 @@ from meshplan.serving.cost.kernels import (COMBINE_BYTES, dispatch_bytes_per_ele
                                            memory_bound_efficiency)
 from meshplan.serving.cost.kvquant import dequant_s_per_byte
 from meshplan.serving.cost.lora import layer_widths, lora_time
-from meshplan.serving.cost.overlap import split_tokens, two_batch_time
 from meshplan.serving.cost.memory import KVLayout, kv_dtype, stage_layers
+from meshplan.serving.cost.overlap import split_tokens, two_batch_time
 from meshplan.serving.cost.weights import gemm_dtype, plan_precision, sixteen_bit
 from meshplan.serving.plan import ServingPlan
 
@@ -151,7 +151,7 @@ class IterationCost:
         pflops = pairs * self.full_flops_per_pair + np.minimum(pairs, pre * self.window) * self.win_flops_per_pair
         prefill = np.where(pre > 0, pflops * self.attn_unit, 0.0)
         stage += prefill
-        if self.tbo:  # two micro-batches where there are two rows to split
+        if self.tbo:  # two micro-batches in the steps above the engine's token threshold
             overlapped = self._two_batch_many(t, decode + prefill) + _per_value(self.head, rows)
             above = np.maximum(1, np.where(pre > 0, self.tbo_above[1], self.tbo_above[0]))
             stage = np.where(t > above, overlapped, stage)
@@ -289,15 +289,19 @@ class IterationCost:
         mlp = layer.mlp
         if not isinstance(mlp, MoEMLP) or self.plan.ep == 1:
             return 0.0
-        rows = t * mlp.top_k * self.model.hidden_size * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
+        rows = self._ep_rows(mlp, t)
         time = 2 * self.k.collective_s
         for width in (self.dispatch_width, COMBINE_BYTES):
             time += collective_time("all_to_all", rows * width, self.ep_group, self.cluster)
         return time
 
+    def _ep_rows(self, mlp: MoEMLP, t: int) -> float:
+        """Hidden elements the busiest expert-parallel rank sends (and receives back) for `t` rows."""
+        return t * mlp.top_k * self.model.hidden_size * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
+
     def _ep_parts(self, layer: LayerSpec, t: int) -> tuple[float, float]:
         """(dispatch, combine) of `_ep_comm`, each with its fixed collective time."""
-        rows = t * layer.mlp.top_k * self.model.hidden_size * ep_imbalance(t * self.plan.dp * layer.mlp.top_k, self.plan.ep)
+        rows = self._ep_rows(layer.mlp, t)
         return tuple(self.k.collective_s + collective_time("all_to_all", rows * width, self.ep_group, self.cluster)
                      for width in (self.dispatch_width, COMBINE_BYTES))
 
