@@ -17,11 +17,12 @@ DATA = ROOT / "src/meshplan/serving/data/engine_defaults.yaml"
 PAGE = ROOT / "docs/serving/simulation.md"
 BLOCK = re.compile(r"(<!-- BEGIN TABLE: engine_defaults -->\n)(.*?)(<!-- END TABLE: engine_defaults -->)", re.S)
 SHOWN = {"vllm": ("max_num_batched_tokens", "max_num_seqs", "chunked_prefill", "cuda_graph_max_batch",
-                  "overlap_scheduling", "block_size", "gpu_memory_utilization"),
+                  "overlap_scheduling", "two_batch_overlap", "block_size", "gpu_memory_utilization"),
          "sglang": ("chunked_prefill_size", "max_running_requests", "chunked_prefill", "cuda_graph_max_bs",
-                    "overlap_scheduling", "page_size", "mem_fraction_static", "schedule_policy"),
+                    "overlap_scheduling", "two_batch_overlap", "page_size", "mem_fraction_static",
+                    "schedule_policy"),
          "tensorrt-llm": ("max_num_tokens", "max_batch_size", "chunked_prefill", "cuda_graph_max_batch",
-                          "overlap_scheduling", "block_size", "gpu_memory_utilization")}
+                          "overlap_scheduling", "two_batch_overlap", "block_size", "gpu_memory_utilization")}
 """The knobs the issue asks for, in the engines' own spelling."""
 
 

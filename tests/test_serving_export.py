@@ -34,6 +34,7 @@ VLLM_FLAGS = {
     "--no-enable-prefix-caching", "--max-num-batched-tokens", "--max-num-seqs",
     "--enable-chunked-prefill", "--no-enable-chunked-prefill", "--speculative-config",
     "--kv-transfer-config", "--enforce-eager", "--distributed-executor-backend",
+    "--enable-dbo",  # ParallelConfig.enable_dbo (vllm/config/parallel.py @00193b82), registered in add_cli_args
 }
 # `ray start` (ray-project/ray python/ray/scripts/scripts.py: --head, --port, --address, --block),
 # as vLLM's multi-node docs (docs/serving/parallelism_scaling.md, v0.11) start the cluster.
@@ -60,6 +61,7 @@ SGLANG_FLAGS = {
     "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
     "--speculative-num-draft-tokens", "--disaggregation-mode", "--disaggregation-transfer-backend",
     "--disaggregation-bootstrap-port", "--disable-cuda-graph", "--nnodes", "--node-rank", "--dist-init-addr",
+    "--enable-two-batch-overlap",  # ServerArgs.enable_two_batch_overlap (arg_groups/fields/exec_.py, ExecOverlap)
 }
 # sgl-router/py_src/sglang_router/router_args.py @ 083d601378d0baaef6191e7f2d40fb70d06518af.
 SGLANG_ROUTER_FLAGS = {"--worker-urls", "--policy", "--pd-disaggregation", "--prefill",
@@ -156,6 +158,16 @@ def test_every_flag_is_real(name: str) -> None:
     for words in servers(target, text):
         used = [w for w in words if w.startswith("--")]
         assert len(used) == len(set(used)), f"a flag is repeated in {words}"
+
+
+@pytest.mark.parametrize("name, flag", [("vllm_dp_ep", "--enable-dbo"),
+                                        ("sglang_dp_attention_ep", "--enable-two-batch-overlap")])
+def test_two_batch_overlap_flag_is_real(name: str, flag: str) -> None:
+    target, model, plan = build(name, enable_two_batch_overlap=True)
+    text = export_serving(target, model, plan)
+    flags = set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9_-]*)", text))
+    assert flag in flags and flags <= KNOWN[target], flags - KNOWN[target]
+    assert flag not in export_serving(*build(name))
 
 
 @pytest.mark.parametrize("target", sorted(SERVING_EXPORTERS))

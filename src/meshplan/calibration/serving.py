@@ -96,7 +96,8 @@ def replay(fc: FitCase, k: EngineConstants, device: float | None = None) -> dict
     makespan, ttft = 0.0, []
     for calls, firsts, cost in zip(fc.calls, fc.first_iter, fc.costs):
         priced = IterationCost(cost.model, cost.cluster, cost.plan, cost.kv, k, cost.graphs,
-                               cost.device if device is None else device)
+                               cost.device if device is None else device, two_batch_overlap=cost.tbo,
+                               two_batch_above=cost.tbo_above)
         ends = np.cumsum(priced.batch(calls)) if len(calls) else np.zeros(0)
         makespan = max(makespan, float(ends[-1]) if len(ends) else 0.0)
         ttft.append(ends[firsts] if len(firsts) else np.zeros(0))

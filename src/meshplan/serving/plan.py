@@ -36,6 +36,19 @@ def pool_phase(prefill_gpus: int | None, decode_gpus: int | None) -> str | None:
     return "decode" if prefill_gpus is None else None
 
 
+def _check_two_batch_overlap(plan: "ServingPlan") -> None:
+    """Two-batch overlap hides expert-parallel all-to-alls: refused without them, and on
+    TensorRT-LLM (no such option found in its documentation) unless what_if."""
+    if plan.ep == 1:
+        raise ValueError("enable_two_batch_overlap=true needs ep > 1: it overlaps one micro-batch's "
+                         "expert-parallel dispatch and combine with the other's compute, and with ep=1 "
+                         "there is no dispatch to hide")
+    if plan.engine == "tensorrt-llm" and not plan.what_if:
+        raise ValueError("enable_two_batch_overlap=true: TensorRT-LLM has no two-micro-batch overlap "
+                         "option (SGLang --enable-two-batch-overlap, vLLM --enable-dbo have one); set "
+                         "what_if=true (--what-if) to model it anyway")
+
+
 class Disaggregation(BaseModel):
     """Prefill/decode disaggregation: separate pools, KV cache shipped from prefill to decode.
 
@@ -128,6 +141,10 @@ class ServingPlan(BaseModel):
     enforce_eager: bool = False
     """Run every iteration eagerly, without CUDA graphs (vLLM --enforce-eager, SGLang
     --disable-cuda-graph): small batches then wait on the host's kernel launches."""
+    enable_two_batch_overlap: bool | None = None
+    """Split each iteration's batch into two micro-batches so one's expert-parallel dispatch and
+    combine run under the other's attention and GEMMs (SGLang --enable-two-batch-overlap, vLLM
+    --enable-dbo; meshplan.serving.cost.overlap); needs ep > 1. None: the engine default (off)."""
     lora_adapters: int = Field(0, ge=0)
     """Distinct LoRA adapters the traffic uses, each request naming one (meshplan.serving.cost.lora);
     0: the base model only."""
@@ -159,6 +176,8 @@ class ServingPlan(BaseModel):
         if self.kv_offload == "cpu" and self.kv_cpu_bytes is None and self.kv_hit_rate is None:
             raise ValueError("kv_offload='cpu' needs kv_cpu_bytes (host memory for the KV, per replica) "
                              "or kv_hit_rate (the share of each prompt found there)")
+        if self.enable_two_batch_overlap:
+            _check_two_batch_overlap(self)
         if self.kv_cache_dtype in ("int4", "int2") and not self.what_if:
             raise ValueError(
                 f"kv_cache_dtype={self.kv_cache_dtype!r}: {self.engine} has no {self.kv_cache_dtype} KV cache "

@@ -51,6 +51,7 @@ LABELS = {
     "prefix_caching": "Prefix caching", "block_size": "KV block (tokens)", "scheduler_policy": "Scheduler policy",
     "speculative_tokens": "Draft tokens per step", "acceptance_rate": "Draft acceptance (probability)",
     "speculative_method": "Drafter", "enforce_eager": "Eager mode (no CUDA graphs)",
+    "enable_two_batch_overlap": "Two-batch overlap (MoE, EP)",
     "lora_adapters": "LoRA adapters", "max_loras": "Resident LoRA adapters", "kv_offload": "KV offload",
     "kv_cpu_bytes": "CPU KV memory per replica (bytes)", "kv_hit_rate": "CPU KV hit rate (fraction)",
     "what_if": "Allow what-if options", "prefill_gpus": "Prefill GPUs", "decode_gpus": "Decode GPUs",

@@ -150,6 +150,7 @@ class Serving(BaseModel):
     max_num_batched_tokens: int | None = Field(None, ge=1)
     chunked_prefill: bool | None = None
     prefix_caching: bool | None = None
+    enable_two_batch_overlap: bool | None = None
     speculative: Any = None
     workload: Workload
     slo: Slo | None = None

@@ -70,7 +70,8 @@ def _plan(record: Record, model: ModelSpec) -> ServingPlan:
                        replicas=replicas, weights_dtype=s.weights_dtype or "auto",
                        kv_cache_dtype=_kv_dtype(s), max_num_seqs=s.max_num_seqs,
                        max_num_batched_tokens=budget, chunked_prefill=s.chunked_prefill,
-                       prefix_caching=s.prefix_caching, disaggregated=dis)
+                       prefix_caching=s.prefix_caching, disaggregated=dis,
+                       enable_two_batch_overlap=s.enable_two_batch_overlap)
 
 
 def _workload(record: Record, seed: int) -> Workload:

@@ -116,6 +116,8 @@ def _knob_flags(plan: ServingPlan) -> tuple[Flags, list[str]]:
         flags.append(("--disable-radix-cache", None))
     if plan.enforce_eager:
         flags.append(("--disable-cuda-graph", None))
+    if plan.enable_two_batch_overlap:
+        flags.append(("--enable-two-batch-overlap", None))
     if plan.block_size is not None:
         flags.append(("--page-size", plan.block_size))
     if plan.scheduler_policy is not None:

@@ -116,6 +116,8 @@ def _knob_flags(plan: ServingPlan) -> Flags:
                       else "--no-enable-prefix-caching", None))
     if plan.enforce_eager:
         flags.append(("--enforce-eager", None))
+    if plan.enable_two_batch_overlap:
+        flags.append(("--enable-dbo", None))
     if plan.block_size is not None:
         if plan.block_size not in BLOCK_SIZES:
             raise ConfigError(f"block_size={plan.block_size}: vLLM's --block-size takes "

@@ -34,6 +34,7 @@ from meshplan.serving.cost.kernels import (COMBINE_BYTES, dispatch_bytes_per_ele
 from meshplan.serving.cost.kvquant import dequant_s_per_byte
 from meshplan.serving.cost.lora import layer_widths, lora_time
 from meshplan.serving.cost.memory import KVLayout, kv_dtype, stage_layers
+from meshplan.serving.cost.overlap import split_tokens, two_batch_time
 from meshplan.serving.cost.weights import gemm_dtype, plan_precision, sixteen_bit
 from meshplan.serving.plan import ServingPlan
 
@@ -48,7 +49,8 @@ class IterationCost:
     """Seconds of one iteration of a replica as a function of the batch it runs."""
 
     def __init__(self, model: ModelSpec, cluster: Cluster, plan: ServingPlan, kv: KVLayout,
-                 engine: EngineConstants, graphs: GraphPolicy | None = None, device_scale: float = 1.0):
+                 engine: EngineConstants, graphs: GraphPolicy | None = None, device_scale: float = 1.0,
+                 two_batch_overlap: bool = False, two_batch_above: tuple[int, int] = (1, 1)):
         self.model, self.cluster, self.plan, self.kv, self.k = model, cluster, plan, kv, engine
         self.graphs = graphs
         """When iterations replay a CUDA graph (None: always, no host floor)."""
@@ -72,6 +74,12 @@ class IterationCost:
         self.num_layers = sum(self.layers.values())
         self._memo: dict[int, float] = {}
         self._head_memo: dict[int, float] = {}
+        self.moe_layers = sum(n for layer, n in self.layers.items() if isinstance(layer.mlp, MoEMLP))
+        self.tbo = two_batch_overlap and plan.ep > 1 and self.moe_layers > 0
+        """MoE layers run as two overlapping micro-batches (meshplan.serving.cost.overlap)."""
+        self.tbo_above = two_batch_above
+        """(decode-only, with a prefill): steps of more tokens than this are split."""
+        self._tbo_memo: dict[int, tuple[float, float, float, float]] = {}
         self._groups()
         self._attention_rates()
         self.lora_widths = layer_widths(list(self.layers.elements()), model, plan.tp) if plan.lora_adapters else None
@@ -108,9 +116,13 @@ class IterationCost:
             tokens, decode_seqs = math.ceil(tokens / pp), decode_seqs / pp
             decode_ctx, prefill_tokens = decode_ctx / pp, prefill_tokens / pp
             prefill_pairs, logits_rows = prefill_pairs / pp, math.ceil(logits_rows / pp)
-        stage = self.linear(tokens) + self.head(logits_rows)
-        stage += self.decode_attention(decode_seqs, decode_ctx)
-        stage += self.prefill_attention(prefill_tokens, prefill_pairs)
+        if self.tbo and tokens > max(1, self.tbo_above[prefill_tokens > 0]):
+            attention = self.decode_attention(decode_seqs, decode_ctx) + self.prefill_attention(prefill_tokens, prefill_pairs)
+            stage = self._two_batch(tokens, attention) + self.head(logits_rows)
+        else:
+            stage = self.linear(tokens) + self.head(logits_rows)
+            stage += self.decode_attention(decode_seqs, decode_ctx)
+            stage += self.prefill_attention(prefill_tokens, prefill_pairs)
         stage += self.num_layers * self.k.layer_s
         if pp > 1:
             stage += p2p_time(tokens * self.model.hidden_size * 2.0, False, self.cluster)
@@ -134,9 +146,15 @@ class IterationCost:
         compute = flops * self.attn_unit
         if self.dequant_s_per_byte:
             compute = compute + read * self.dequant_s_per_byte
-        stage += np.where(dec > 0, np.maximum(read * self.kv_read_s_per_byte, compute), 0.0)
+        decode = np.where(dec > 0, np.maximum(read * self.kv_read_s_per_byte, compute), 0.0)
+        stage += decode
         pflops = pairs * self.full_flops_per_pair + np.minimum(pairs, pre * self.window) * self.win_flops_per_pair
-        stage += np.where(pre > 0, pflops * self.attn_unit, 0.0)
+        prefill = np.where(pre > 0, pflops * self.attn_unit, 0.0)
+        stage += prefill
+        if self.tbo:  # two micro-batches in the steps above the engine's token threshold
+            overlapped = self._two_batch_many(t, decode + prefill) + _per_value(self.head, rows)
+            above = np.maximum(1, np.where(pre > 0, self.tbo_above[1], self.tbo_above[0]))
+            stage = np.where(t > above, overlapped, stage)
         stage += self.num_layers * self.k.layer_s  # in __call__'s order: equal to the last bit
         if pp > 1:
             stage += _per_value(lambda n: p2p_time(n * self.model.hidden_size * 2.0, False, self.cluster), t)
@@ -163,6 +181,44 @@ class IterationCost:
             hit = sum(n * self._layer(layer, tokens) for layer, n in self.layers.items())
             self._memo[tokens] = hit
         return hit
+
+    def overlapped(self, tokens: int) -> tuple[float, float, float, float]:
+        """The stage's layers for `tokens` rows under two-batch overlap: (layers before and
+        between the MoE layers run on the whole batch; the MoE layers' compute of both halves;
+        their dispatch + combine of both halves; the first half's first dispatch + the second
+        half's last combine, which nothing hides). Memoised per token count."""
+        hit = self._tbo_memo.get(tokens)
+        if hit is None:
+            halves, whole, compute, comm, moe = split_tokens(tokens), 0.0, 0.0, 0.0, None
+            for layer, n in self.layers.items():
+                if not isinstance(layer.mlp, MoEMLP):
+                    whole += n * self._layer(layer, tokens)
+                    continue
+                moe = layer
+                for rows in halves:
+                    a2a = self._ep_comm(layer, rows)
+                    compute += n * (self._layer(layer, rows) - a2a)
+                    comm += n * a2a
+            dispatch, _ = self._ep_parts(moe, halves[0])
+            _, combine = self._ep_parts(moe, halves[1])
+            hit = (whole, compute + self.moe_layers * self.k.layer_s, comm, dispatch + combine)
+            self._tbo_memo[tokens] = hit
+        return hit
+
+    def _two_batch(self, tokens: int, attention: float) -> float:
+        """GEMMs, collectives and `attention` of the stage under two-batch overlap: the MoE
+        layers' share of the attention runs inside the overlapped compute; each micro-batch
+        pays its own kernel tails (`layer_s` once more per MoE layer than the serial pass)."""
+        whole, compute, comm, exposed = self.overlapped(tokens)
+        inside = attention * self.moe_layers / self.num_layers
+        return whole + (attention - inside) + float(two_batch_time(compute + inside, comm, exposed))
+
+    def _two_batch_many(self, tokens: np.ndarray, attention: np.ndarray) -> np.ndarray:
+        """`_two_batch` over many iterations (token counts below 2 give placeholders that the
+        caller replaces with the serial cost)."""
+        parts = [_per_value(lambda n, i=i: self.overlapped(max(n, 2))[i], tokens) for i in range(4)]
+        inside = attention * self.moe_layers / self.num_layers
+        return parts[0] + (attention - inside) + two_batch_time(parts[1] + inside, parts[2], parts[3])
 
     def _gemm(self, m: float, n: float, k: float, c=None, group: str = "attention") -> float:
         dtype, width = self.formats[group]
@@ -233,11 +289,21 @@ class IterationCost:
         mlp = layer.mlp
         if not isinstance(mlp, MoEMLP) or self.plan.ep == 1:
             return 0.0
-        rows = t * mlp.top_k * self.model.hidden_size * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
+        rows = self._ep_rows(mlp, t)
         time = 2 * self.k.collective_s
         for width in (self.dispatch_width, COMBINE_BYTES):
             time += collective_time("all_to_all", rows * width, self.ep_group, self.cluster)
         return time
+
+    def _ep_rows(self, mlp: MoEMLP, t: int) -> float:
+        """Hidden elements the busiest expert-parallel rank sends (and receives back) for `t` rows."""
+        return t * mlp.top_k * self.model.hidden_size * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
+
+    def _ep_parts(self, layer: LayerSpec, t: int) -> tuple[float, float]:
+        """(dispatch, combine) of `_ep_comm`, each with its fixed collective time."""
+        rows = self._ep_rows(layer.mlp, t)
+        return tuple(self.k.collective_s + collective_time("all_to_all", rows * width, self.ep_group, self.cluster)
+                     for width in (self.dispatch_width, COMBINE_BYTES))
 
     def lora(self, tokens: int, adapters: int) -> float:
         """Batched LoRA kernels of an iteration of `tokens` rows using `adapters` distinct

@@ -44,6 +44,12 @@ class EngineDefaults:
     cuda_graph_max_batch: int
     """Largest decode batch replayed from a CUDA graph; bigger batches run eagerly."""
     source_note: str
+    two_batch_overlap: bool = False
+    """Whether MoE layers run as two overlapping micro-batches (SGLang two-batch overlap, vLLM
+    dual batch overlap); off by default in every documented release."""
+    two_batch_above_tokens: tuple[int, int] = (1, 1)
+    """(decode-only, with a prefill): the overlap splits only steps of more tokens than this
+    (vLLM dbo_decode_token_threshold 32, dbo_prefill_token_threshold 512; SGLang any two)."""
     memory_fraction_of: str = "total"
     """"total": weights + KV (+ activations for vLLM) within that share of all memory;
     "free_after_weights": the share of memory left after weights that the KV cache takes."""
@@ -193,7 +199,14 @@ def engine_defaults(engine: str, gpu_memory_bytes: int, *, tp: int = 1, pp: int 
         d = _sglang(k, ctx, gpu_memory_bytes, tp, kv_tokens, context_len, version)
     else:
         d = _trtllm(k, ctx, gpu_memory_bytes, tp, pp, (input_len, output_len, weights_bytes, kv_bytes_per_token))
-    return replace(d, release=v.label(), backend=v.backend, version_note=v.note)
+    return replace(d, release=v.label(), backend=v.backend, version_note=v.note,
+                   two_batch_overlap=_pick(k["two_batch_overlap"], ctx),
+                   two_batch_above_tokens=_above_tokens(_variant(k["two_batch_overlap"], ctx)))
+
+
+def _above_tokens(entry: dict) -> tuple[int, int]:
+    above = entry.get("above_tokens", {})
+    return above.get("decode", 1), above.get("prefill", 1)
 
 
 def _vllm(k: dict, ctx: dict) -> EngineDefaults:

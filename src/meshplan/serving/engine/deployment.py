@@ -155,7 +155,9 @@ def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Wor
     stage = Counter(stage_layers(model, plan.pp))
     graphs = graph_policy(key, pool.defaults.cuda_graph_max_batch, stage, plan.tp, plan.ep, plan.enforce_eager)
     engine, device = with_site(engine, cluster.gpu.name)
-    cost = IterationCost(model, sub, plan, mem.kv, engine, graphs, device_scale=device)
+    tbo = pool.defaults.two_batch_overlap if plan.enable_two_batch_overlap is None else plan.enable_two_batch_overlap
+    cost = IterationCost(model, sub, plan, mem.kv, engine, graphs, device_scale=device, two_batch_overlap=tbo,
+                         two_batch_above=pool.defaults.two_batch_above_tokens)
     window = -(-int(mem.kv.windowed_bytes_per_request) // int(mem.kv.bytes_per_token * mem.block_size))
     caching = pool.defaults.prefix_caching if plan.prefix_caching is None else plan.prefix_caching
     replicas = [Replica(first_index + i, pool.scheduler,
