@@ -87,6 +87,10 @@ class ResolvedPlan:
     """eager, compiled or fused (see TrainingPlan.implementation)."""
     capacity_factor: float | None
     tp_comm_overlap: bool
+    moe_dispatcher: str = "alltoall"
+    """MoE token dispatcher (see TrainingPlan.moe_dispatcher)."""
+    moe_a2a_overlap: bool = False
+    """Expert-parallel dispatch overlapped with another micro-batch's compute."""
     method: str = "full"
     """full, lora or qlora (see TrainingPlan.method)."""
     lora_rank: int = 8
@@ -358,6 +362,24 @@ def _resolve_attention(plan: TrainingPlan, cluster: Cluster, chosen: dict[str, s
     return attention
 
 
+DISPATCHER_OF = {"nemo": "flex"}
+"""Token dispatcher of a framework's MoE recipes when the plan names none: Megatron-Bridge's
+performance recipes run the flex dispatcher (NVIDIA-NeMo/Megatron-Bridge
+scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: DeepSeek-V3 on H100 and
+B200 with moe_flex_dispatcher_backend "hybridep", moe_a2a_overlap False); Megatron-LM,
+torchtitan and DeepSpeed an NCCL all-to-all."""
+
+
+def _dispatcher(plan: TrainingPlan, model: ModelSpec, chosen: dict[str, str]) -> str:
+    """The plan's MoE token dispatcher, else its framework's (see DISPATCHER_OF)."""
+    if plan.moe_dispatcher is not None:
+        return plan.moe_dispatcher
+    kind = DISPATCHER_OF.get(plan.framework, "alltoall")
+    if plan.ep > 1 and kind != "alltoall":
+        chosen["moe_dispatcher"] = f"{kind} ({plan.framework}'s MoE recipes)"
+    return kind
+
+
 def _tp_overlap(plan: TrainingPlan, sp: bool, chosen: dict[str, str]) -> bool:
     """The plan's tensor-parallel comm overlap, else the framework's usual one (with SP)."""
     if plan.tp == 1:
@@ -473,6 +495,8 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         implementation=plan.implementation or DEFAULT_IMPLEMENTATION.get(plan.framework, "eager"),
         capacity_factor=plan.capacity_factor,
         tp_comm_overlap=_tp_overlap(plan, sp, chosen),
+        moe_dispatcher=_dispatcher(plan, model, chosen),
+        moe_a2a_overlap=bool(plan.moe_a2a_overlap),
         **_resolve_method(plan, model, chosen),
         **_workload(plan, model, warnings),
         chosen=chosen, warnings=tuple(warnings),
