@@ -21,7 +21,9 @@ from meshplan.training.time.constants import TrainingConstants
 from meshplan.training.time.context import cost_context
 from meshplan.training.time.layer import layer_time
 from meshplan.validate.schema import Record
+from meshplan.yamlread import load_packaged
 from meshplan.validate.training_records import training_case
+from tests.conftest import RECORDS
 
 DSV3 = load_model("deepseek-v3")
 QWEN = load_model("qwen3-30b-a3b")
@@ -113,11 +115,23 @@ def test_all_to_all_overlap_hides_dispatch_behind_compute():
     assert moe.ep_exposed_s(replace(nccl, k=half.k), 2.0, 5.0) == 2.0  # NCCL blocks the block
 
 
-def test_dispatcher_defaults_by_framework_and_is_said():
-    nemo = context(DSV3, ep=64, framework="nemo")
-    assert nemo.plan.moe_dispatcher == "flex" and "moe_dispatcher" in nemo.plan.chosen
-    assert context(DSV3, ep=64, framework="torchtitan").plan.moe_dispatcher == "alltoall"
-    assert context(DSV3, ep=64).plan.moe_dispatcher == "alltoall"
+def test_dispatcher_defaults_to_alltoall_for_every_framework():
+    # Megatron-Bridge's model providers default to alltoall; its perf configs opt into flex per
+    # model and GPU, so nemo gets no flex default and its records say what they ran.
+    for framework in ("nemo", "megatron", "torchtitan", None):
+        kwargs = {"framework": framework} if framework else {}
+        assert context(DSV3, ep=64, **kwargs).plan.moe_dispatcher == "alltoall"
+    assert context(DSV3, ep=64, framework="nemo", moe_dispatcher="flex").plan.moe_dispatcher == "flex"
+
+
+def test_megatron_bridge_moe_records_state_their_dispatcher():
+    files = [RECORDS / "training-calibration.yaml", RECORDS / "held-out" / "megatron-bridge.yaml"]
+    rows = [r for f in files for r in load_packaged(f.read_text())["records"]
+            if r["id"].startswith(("mbh-", "mbridge-")) and (r["training"].get("ep") or 1) > 1]
+    assert len(rows) >= 50
+    for r in rows:
+        assert r["training"].get("moe_dispatcher") in moe.DISPATCHERS, r["id"]
+        assert isinstance(r["training"].get("moe_a2a_overlap"), bool), r["id"]
 
 
 def test_record_keys_reach_the_plan():
@@ -138,3 +152,16 @@ def test_power_exponent_reproduces_the_paired_data_sheet_rows():
         rate = (a.peak_flops("bf16") / a.sm_count) / (b.peak_flops("bf16") / b.sm_count)
         exponents.append(math.log(rate) / math.log(a.tdp_w / b.tdp_w))
     assert POWER_CLOCK_EXPONENT == pytest.approx(sum(exponents) / 2, abs=0.01)
+
+
+def test_megatron_launch_names_the_dispatcher_and_the_overlap():
+    from meshplan.export import export_plan
+
+    ctx = context(DSV3, ep=64, moe_dispatcher="flex", moe_a2a_overlap=True)
+    text = export_plan("megatron", DSV3, ctx.cluster, ctx.plan)
+    assert "--moe-token-dispatcher-type flex" in text
+    assert "--moe-flex-dispatcher-backend deepep" in text
+    assert "--overlap-moe-expert-parallel-comm" in text
+    plain = context(DSV3, ep=64)
+    text = export_plan("megatron", DSV3, plain.cluster, plain.plan)
+    assert "--moe-token-dispatcher-type alltoall" in text and "overlap-moe" not in text

@@ -362,22 +362,19 @@ def _resolve_attention(plan: TrainingPlan, cluster: Cluster, chosen: dict[str, s
     return attention
 
 
-DISPATCHER_OF = {"nemo": "flex"}
-"""Token dispatcher of a framework's MoE recipes when the plan names none: Megatron-Bridge's
-performance recipes run the flex dispatcher (NVIDIA-NeMo/Megatron-Bridge
-scripts/performance/configs/deepseek/deepseek_workload_base_configs.py: DeepSeek-V3 on H100 and
-B200 with moe_flex_dispatcher_backend "hybridep", moe_a2a_overlap False); Megatron-LM,
-torchtitan and DeepSpeed an NCCL all-to-all."""
+DEFAULT_DISPATCHER = "alltoall"
+"""Token dispatcher when the plan names none, for every framework: Megatron-Core's default and
+Megatron-Bridge's model providers' (NVIDIA-NeMo/Megatron-Bridge@v0.3.0
+src/megatron/bridge/models/{deepseek,qwen,gpt_oss}/*_provider.py: moe_token_dispatcher_type
+"alltoall"). Megatron-Bridge's performance configs opt into flex per model and GPU
+(scripts/performance/configs/*/..._workload_base_configs.py set moe_flex_dispatcher_backend
+for DeepSeek-V3 and Qwen3-30B-A3B everywhere, Qwen3-235B on GB200/GB300 only, GPT-OSS on none
+in V1), so no framework-wide flex default fits; the records state what their run used."""
 
 
-def _dispatcher(plan: TrainingPlan, model: ModelSpec, chosen: dict[str, str]) -> str:
-    """The plan's MoE token dispatcher, else its framework's (see DISPATCHER_OF)."""
-    if plan.moe_dispatcher is not None:
-        return plan.moe_dispatcher
-    kind = DISPATCHER_OF.get(plan.framework, "alltoall")
-    if plan.ep > 1 and kind != "alltoall":
-        chosen["moe_dispatcher"] = f"{kind} ({plan.framework}'s MoE recipes)"
-    return kind
+def _dispatcher(plan: TrainingPlan) -> str:
+    """The plan's MoE token dispatcher, else DEFAULT_DISPATCHER."""
+    return plan.moe_dispatcher or DEFAULT_DISPATCHER
 
 
 def _tp_overlap(plan: TrainingPlan, sp: bool, chosen: dict[str, str]) -> bool:
@@ -495,7 +492,7 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         implementation=plan.implementation or DEFAULT_IMPLEMENTATION.get(plan.framework, "eager"),
         capacity_factor=plan.capacity_factor,
         tp_comm_overlap=_tp_overlap(plan, sp, chosen),
-        moe_dispatcher=_dispatcher(plan, model, chosen),
+        moe_dispatcher=_dispatcher(plan),
         moe_a2a_overlap=bool(plan.moe_a2a_overlap),
         **_resolve_method(plan, model, chosen),
         **_workload(plan, model, warnings),
