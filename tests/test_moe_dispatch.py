@@ -85,6 +85,45 @@ def test_nodes_a_token_reaches_follow_from_top_k_over_groups():
     assert eight == pytest.approx(8 * (1 - miss))
 
 
+def test_node_limited_routing_caps_the_nodes_a_token_reaches():
+    # DeepSeek-V3 (config.json n_group 8, topk_group 4): a token's 8 experts come from at most
+    # 4 of the 8 expert groups, one group per node at EP64 on 8 nodes, so DeepEP sends it to 4
+    # nodes at most (8 x (1 - C(7,4)/C(8,4)) = 4 on average) instead of ~5.3 unrestricted.
+    mlp = moe_layer(DSV3).mlp
+    assert (mlp.n_group, mlp.topk_group) == (8, 4)
+    assert (moe_layer(QWEN).mlp.n_group, moe_layer(QWEN).mlp.topk_group) == (1, 1)
+    free = replace(mlp, topk_group=8)
+    assert moe.touched_units(mlp, 8) == pytest.approx(4.0)
+    assert moe.touched_units(free, 8) == pytest.approx(moe.touched_share(8, 8, 256))
+    assert moe.touched_units(mlp, 4) == pytest.approx(moe.touched_share(4, 4, 8))
+    # groups spread over two units each: the top-8 land on the 8 units of the 4 chosen groups
+    assert moe.touched_units(mlp, 16) == pytest.approx(moe.touched_share(8, 8, 128))
+    flex = context(DSV3, ep=64, moe_dispatcher="flex")
+    assert moe.ep_comm_s(flex, mlp, 1.0) < 0.85 * moe.ep_comm_s(flex, free, 1.0)
+
+
+def test_each_rank_dispatches_its_own_sequence_parallel_shard():
+    # Megatron-Core's alltoall dispatcher sends a rank's sequence-parallel shard over the EP
+    # group and only then all-gathers the routed copies over the expert-TP group
+    # (token_dispatcher.py, dispatch_postprocess): the all-to-all does not grow with etp,
+    # the expert-TP gather carries every routed copy.
+    layer = moe_layer(QWEN)
+    folded = context(QWEN, n=8, tp=2, ep=4, etp=1)
+    expert_tp = context(QWEN, n=8, tp=2, ep=4, etp=2)
+    assert moe.ep_comm_s(expert_tp, layer.mlp, 1.0) == pytest.approx(moe.ep_comm_s(folded, layer.mlp, 1.0))
+    gathered = layer_time(expert_tp, layer).tp_comm_s / layer_time(folded, layer).tp_comm_s
+    assert gathered == pytest.approx(1 + layer.mlp.top_k * expert_tp.k.moe_imbalance, rel=1e-9)
+
+
+def test_calibration_moe_records_state_what_they_ran():
+    rows = [r for r in load_packaged((RECORDS / "training-calibration.yaml").read_text())["records"]
+            if (r["training"].get("ep") or 1) > 1]
+    assert len(rows) >= 22
+    for r in rows:
+        assert r["training"].get("moe_dispatcher") in moe.DISPATCHERS, r["id"]
+        assert isinstance(r["training"].get("moe_a2a_overlap"), bool), r["id"]
+
+
 def test_expert_parallelism_across_nodes_costs_more_than_inside_an_nvlink_domain():
     # gpt-oss-like EP64: on 8-GPU B200 nodes the dispatch crosses 400 Gb/s NICs, on a GB200 NVL72
     # rack it stays on NVLink (Megatron-Bridge measured 8,047 vs 15,784 tokens/s per GPU).

@@ -150,7 +150,7 @@ def _memory_bound(ctx: CostContext, layer: LayerSpec) -> float:
 def _tp_comm(ctx: CostContext, layer: LayerSpec) -> float:
     """Forward TP collectives: all-gather + reduce-scatter (SP) or all-reduce, around attention
     and around the MLP; a MoE block folded to etp = 1 dispatches each rank's own sequence shard,
-    so only attention's remain."""
+    so only attention's remain; with etp > 1 the experts gather the routed copies instead."""
     p = ctx.plan
     if p.tp == 1:
         return 0.0
@@ -160,8 +160,14 @@ def _tp_comm(ctx: CostContext, layer: LayerSpec) -> float:
         one += collective_time("reduce_scatter", size, ctx.groups.tp, ctx.cluster, ctx.comm)
     else:
         one = collective_time("all_reduce", size, ctx.groups.tp, ctx.cluster, ctx.comm)
-    folded = isinstance(layer.mlp, MoEMLP) and p.etp == 1 and p.ep > 1
-    return one if folded else 2 * one
+    mlp = layer.mlp
+    if not isinstance(mlp, MoEMLP) or p.ep == 1:
+        return 2 * one
+    if p.etp == 1:
+        return one
+    # the experts' all-gather / reduce-scatter runs over the expert-TP group after the
+    # dispatch, on every routed copy (Megatron-Core's alltoall dispatcher)
+    return one * (1 + mlp.top_k * imbalance(ctx, mlp) * p.etp / p.tp)
 
 
 def _ep_comm(ctx: CostContext, layer: LayerSpec) -> float:

@@ -110,7 +110,7 @@ def ep_comm_s(ctx, mlp: MoEMLP, load: float) -> float:
     p, g = ctx.plan, ctx.groups.ep
     if p.ep == 1:
         return 0.0
-    tokens = ctx.tokens * p.etp / p.tp
+    tokens = ctx.tokens / p.tp  # each rank dispatches its own sequence-parallel shard
     h = ctx.model.hidden_size
     kind = dispatcher(ctx)
     if kind == "flex":
@@ -135,6 +135,21 @@ def touched_share(groups: float, top_k: int, experts: int) -> float:
     return groups * (1.0 - miss)
 
 
+def touched_units(mlp: MoEMLP, units: float) -> float:
+    """Expected `units` (nodes or NVLink domains, each holding an equal slice of the experts)
+    one token's experts reach. Group-limited routing (n_group, topk_group) first picks
+    topk_group of the n_group expert groups, then the top-k experts inside them: with whole
+    groups per unit a token reaches at most topk_group units (DeepSeek-V3: 4 of 8 nodes, its
+    report's node-limited routing); with groups spread over several units, its top-k land on
+    the units of the chosen groups only."""
+    groups, limit = mlp.n_group, mlp.topk_group
+    if groups <= 1 or limit >= groups:
+        return touched_share(units, mlp.top_k, mlp.num_experts)
+    if units <= groups:
+        return touched_share(units, limit, groups)
+    return touched_share(units * limit / groups, mlp.top_k, mlp.num_experts * limit / groups)
+
+
 def _flex(ctx, mlp: MoEMLP, token_bytes: float) -> float:
     """One DeepEP-style pass of `token_bytes` (one copy of every local token): over the network
     once per remote unit holding a chosen expert, over NVLink once per other GPU of the domain
@@ -144,7 +159,7 @@ def _flex(ctx, mlp: MoEMLP, token_bytes: float) -> float:
     units = g.size / per_unit  # the busiest unit's view, as costs.comm prices the all-to-all
     seconds = 0.0
     if units > 1:
-        remote = touched_share(units, mlp.top_k, mlp.num_experts) * (units - 1) / units
+        remote = touched_units(mlp, units) * (units - 1) / units
         nic = cluster.inter_node_bandwidth_bytes_per_s_per_gpu * DEEPEP_RDMA_EFFICIENCY
         seconds = token_bytes * remote / nic + ctx.comm.latency_inter_s
     if per_unit > 1:
