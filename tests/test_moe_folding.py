@@ -41,14 +41,16 @@ def test_experts_split_over_ep_times_etp_and_dense_over_tp() -> None:
 
 def test_folding_removes_tensor_parallel_traffic_from_expert_layers() -> None:
     """The same expert sharding with experts on 1 TP rank instead of 4: the expert GEMMs are
-    4x wider per rank and the expert layers' TP collectives disappear; with etp = tp every rank
-    of a TP group must see all of the group's routed tokens, so its all-to-all carries etp times
-    the tokens a folded rank sends (the folding paper's reason to fold): both times drop."""
+    4x wider per rank and the expert layers' TP collectives disappear. With etp = tp every rank
+    of a TP group must see all of the group's routed tokens: each rank dispatches its own
+    sequence shard and the expert-TP group then all-gathers the routed copies (Megatron-Core's
+    alltoall dispatcher), traffic folding removes; the all-to-all carries the same shard either
+    way, over an EP group of 32 instead of 8."""
     folded = estimate_step(MODEL, CLUSTER, resolved(tp=4, ep=32, etp=1))
     unfolded = estimate_step(MODEL, CLUSTER, resolved(tp=4, ep=8))
     assert folded.step_time_s < unfolded.step_time_s
-    assert folded.breakdown["tp_comm_exposed"] < unfolded.breakdown["tp_comm_exposed"]
-    assert folded.breakdown["ep_comm"] < unfolded.breakdown["ep_comm"]
+    assert folded.breakdown["tp_comm_exposed"] < 0.5 * unfolded.breakdown["tp_comm_exposed"]
+    assert folded.breakdown["ep_comm"] == pytest.approx(unfolded.breakdown["ep_comm"], rel=0.5)
 
 
 def test_grid_that_does_not_tile_the_stage_is_refused() -> None:

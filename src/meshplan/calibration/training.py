@@ -3,7 +3,7 @@
 Fitted: a compute scale per GPU architecture (bounded below so no GEMM runs faster than the
 best measured matmul efficiency of its GPU) and per framework, a sharded-traffic scale per
 framework with fully sharded runs, the host cost per MoE layer, the exposed shares of overlapped
-tensor- and expert-parallel communication, the MoE load imbalance and the attention scale.
+tensor-parallel communication and of the flex MoE dispatcher's, the MoE load imbalance and the attention scale.
 Robust (soft-L1) least squares on log(predicted / measured) tokens/s with a weak prior pulling
 scales to 1; micro-batch size and virtual stages are chosen once with the default constants.
 Leave-one-source-out refits without each publication and predicts it.
@@ -40,7 +40,7 @@ UNNAMED_FRAMEWORKS = {"other"}
 """Framework values that name no framework (a record's own trainer, such as modded-nanogpt's
 script or llm.c): a scale fitted on them would be a knob for whichever source is in the set."""
 GLOBALS = (("moe_overhead_s", 2e-4, 0.0, 5e-3), ("tp_overlap_exposed", 0.3, 0.0, 1.0),
-           ("ep_overlap_exposed", 0.7, 0.0, 1.0), ("moe_imbalance", 1.2, 1.0, 2.0),
+           ("flex_exposed", 0.7, 0.0, 1.0), ("moe_imbalance", 1.2, 1.0, 2.0),
            ("attention_scale", 1.0, 0.7, 2.5))
 
 

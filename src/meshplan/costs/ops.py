@@ -40,12 +40,22 @@ class ComputeConstants:
     """Fixed time per kernel (launch, tail, synchronisation)."""
 
 
+POWER_CLOCK_EXPONENT = 0.38
+"""Sustained tensor throughput ~ (power limit / TDP)^POWER_CLOCK_EXPONENT below TDP. Dynamic power
+~ C V^2 f with the voltage rising with the clock gives f^3, an exponent of 1/3; NVIDIA's own
+data sheets measure it on one die sold at two power envelopes (hardware/data/gpus.yaml): B200 at
+1000 W (HGX, 2.25 PF dense BF16 over 148 SMs) vs 1200 W (GB200, 2.5 PF over 152 SMs), and B300 at
+1100 W (HGX, 2.25 PF, 148 SMs) vs 1400 W (GB300, 2.5 PF, 152 SMs): a per-SM rate ratio of 0.924
+at power ratios 0.833 and 0.786, exponents ln 0.924 / ln 0.833 = 0.43 and ln 0.924 / ln 0.786 =
+0.33; their mean."""
+
+
 def clock_factor(gpu: GPUSpec, power_limit_w: float | None) -> float:
-    """Sustained-clock fraction under a power cap: dynamic power ~ f^3, so f ~ (P/TDP)^(1/3),
-    applied to the compute-bound part only; 1 at or above TDP."""
+    """Sustained-clock fraction under a power cap, (P / TDP)^POWER_CLOCK_EXPONENT, applied to the
+    compute-bound part only; 1 at or above TDP."""
     if not power_limit_w or power_limit_w >= gpu.tdp_w:
         return 1.0
-    return (power_limit_w / gpu.tdp_w) ** (1 / 3)
+    return (power_limit_w / gpu.tdp_w) ** POWER_CLOCK_EXPONENT
 
 
 def wave_efficiency(m: int, n: int, sms: int) -> float:

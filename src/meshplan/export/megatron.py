@@ -31,7 +31,8 @@ a main-branch commit after core_r0.14.0). Where each flag is defined there:
   `_add_logging_args`: --log-interval
 - `_add_moe_args`: --num-experts, --moe-layer-freq, --moe-router-topk, --moe-ffn-hidden-size,
   --moe-shared-expert-intermediate-size, --expert-model-parallel-size,
-  --expert-tensor-parallel-size, --moe-token-dispatcher-type, --moe-grouped-gemm,
+  --expert-tensor-parallel-size, --moe-token-dispatcher-type (and --moe-flex-dispatcher-backend,
+  --overlap-moe-expert-parallel-comm), --moe-grouped-gemm,
   --moe-expert-capacity-factor
 - `_add_mla_args`: --multi-latent-attention (network size), --q-lora-rank, --kv-lora-rank,
   --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim; `_add_vision_args`: --qk-layernorm
@@ -119,11 +120,24 @@ def _mlp_flags(model: ModelSpec, plan: ResolvedPlan) -> Flags:
               ("--moe-ffn-hidden-size", moe.expert.intermediate_size)]
     if moe.shared is not None:
         flags.append(("--moe-shared-expert-intermediate-size", moe.shared.intermediate_size))
-    flags.append(("--moe-token-dispatcher-type", "alltoall" if plan.ep > 1 else "allgather"))
+    flags += _dispatcher_flags(plan)
     if plan.precision in ("bf16", "fp8", "fp4"):
         flags.append(("--moe-grouped-gemm", None))
     if plan.capacity_factor is not None:
         flags.append(("--moe-expert-capacity-factor", plan.capacity_factor))
+    return flags
+
+
+def _dispatcher_flags(plan: ResolvedPlan) -> Flags:
+    """The plan's token dispatcher when experts are spread (flex with DeepEP's backend) and the
+    1F1B all-to-all overlap; allgather without expert parallelism."""
+    if plan.ep == 1:
+        return [("--moe-token-dispatcher-type", "allgather")]
+    flags: Flags = [("--moe-token-dispatcher-type", plan.moe_dispatcher)]
+    if plan.moe_dispatcher == "flex":
+        flags.append(("--moe-flex-dispatcher-backend", "deepep"))
+    if plan.moe_a2a_overlap:
+        flags.append(("--overlap-moe-expert-parallel-comm", None))
     return flags
 
 

@@ -90,6 +90,11 @@ class MoEMLP:
     """Whether the router projection carries a bias."""
     shared_expert_gate: bool = False
     """A learned sigmoid gate (hidden -> 1) scaling the shared expert's output (Qwen2-MoE)."""
+    n_group: int = 1
+    """Equal groups of routed experts for group-limited routing (DeepSeek's `n_group`)."""
+    topk_group: int = 1
+    """Groups one token's experts may come from (DeepSeek's `topk_group`; with experts grouped
+    by node, DeepSeek-V3 sends each token to at most 4 nodes). Equal to n_group: unlimited."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

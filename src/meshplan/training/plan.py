@@ -21,6 +21,7 @@ Optimizer = Literal["adamw", "adam", "sgd", "adafactor"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zero-bubble"]
 Attention = Literal["flash", "sdpa", "eager"]
 Implementation = Literal["eager", "compiled", "fused"]
+MoEDispatcher = Literal["alltoall", "allgather", "flex"]
 Method = Literal["full", "lora", "qlora"]
 Balance = Literal["none", "sort", "per-doc-cp", "reassign"]
 MoEBalance = Literal["none", "aux-free", "eplb"]
@@ -100,6 +101,14 @@ class TrainingPlan(BaseModel):
     async TP); None: the framework's usual choice (on for NeMo recipes, else off)."""
     capacity_factor: float | None = Field(None, gt=0)
     """MoE token dropping: each expert takes at most this multiple of its fair share."""
+    moe_dispatcher: MoEDispatcher | None = None
+    """MoE token dispatcher (Megatron-Core's --moe-token-dispatcher-type): alltoall (NCCL
+    all-to-all of every routed copy), allgather, or flex (DeepEP / HybridEP: one network copy
+    per remote node, fp8 dispatch under fp8 training); None: alltoall, every framework's
+    default."""
+    moe_a2a_overlap: bool | None = None
+    """Overlap expert-parallel dispatch/combine with another micro-batch's compute (Megatron's
+    --overlap-moe-expert-parallel-comm, 1F1B all-to-all overlap; DualPipe); None: off."""
     method: Method = "full"
     """What is trained: full (every weight), lora (low-rank adapters on a frozen 16-bit base) or
     qlora (adapters on a frozen NF4 4-bit base with double quantization, bitsandbytes)."""

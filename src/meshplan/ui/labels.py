@@ -70,6 +70,7 @@ LABELS = {
     "slo_percentile": "Requests meeting the objectives (%)", "seed": "Random seed",
     "lengths_file": "Lengths file (CLI only)", "histogram": "Length histogram",
     "implementation": "Trainer implementation (eager, compiled, fused)",
+    "moe_dispatcher": "MoE token dispatcher (alltoall, allgather, flex)", "moe_a2a_overlap": "Overlap MoE dispatch with compute",
     "input": "Prompt lengths", "output": "Output lengths", "spearman": "Prompt/output rank correlation", "edges": "Bin edges (tokens)", "counts": "Requests per bin",
 }
 """Field name -> form label. A field name means the same thing in every request, so one label each."""

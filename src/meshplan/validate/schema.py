@@ -48,6 +48,11 @@ class Training(BaseModel):
     recompute: Literal["none", "selective", "full"] | None = None
     precision: Literal["fp32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4"] | None = None
     moe_token_dispatch: Literal["dropless", "capacity", "forced_balance"] | None = None
+    moe_dispatcher: Literal["alltoall", "allgather", "flex"] | None = None
+    """MoE token dispatcher: alltoall, allgather, or flex (DeepEP / HybridEP); null: alltoall."""
+    moe_a2a_overlap: bool | None = None
+    """Expert-parallel dispatch overlapped with another micro-batch's compute (Megatron's
+    1F1B all-to-all overlap, DualPipe); null: off."""
     attention: Literal["flash", "sdpa", "eager"] | None = None
     """The attention kernel: flash (FlashAttention / cuDNN fused), sdpa (PyTorch's
     scaled_dot_product_attention), eager (explicit score matmul, masked softmax and value matmul

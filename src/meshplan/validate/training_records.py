@@ -87,5 +87,6 @@ def training_case(record: Record) -> TrainingCase:
         attention=t.attention or ("eager" if legacy else None),
         implementation=t.implementation,
         tp_comm_overlap=False if legacy else None,
+        moe_dispatcher=t.moe_dispatcher, moe_a2a_overlap=t.moe_a2a_overlap,
     )
     return TrainingCase(record, spec, cluster, plan, open_layout=t.tp is None and t.pp is None)

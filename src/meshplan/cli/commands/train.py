@@ -100,6 +100,9 @@ def _plan_flags(
     balance: str = typer.Option(None, help=_help("balance")),
     expert_skew: str = typer.Option(None, help=_help("expert_skew")),
     moe_balance: str = typer.Option(None, help=_help("moe_balance")),
+    moe_dispatcher: str = typer.Option(None, help=_help("moe_dispatcher")),
+    moe_a2a_overlap: bool = typer.Option(None, "--moe-a2a-overlap/--no-moe-a2a-overlap",
+                                         help=_help("moe_a2a_overlap")),
     json_out: bool = typer.Option(False, "--json", help="Print JSON (SI units: bytes, seconds)."),
     html: Path = html_option.HTML,
 ) -> None:

@@ -39,7 +39,15 @@ def read_deepseek_moe(view: ConfigView, mlp_bias: bool) -> MoEMLP:
         top_k=view.int("num_experts_per_tok"),
         expert=dense_mlp(view, gated=True, bias=False, size=width),
         shared=shared,
+        **route_groups(view),
     )
+
+
+def route_groups(view: ConfigView) -> dict[str, int]:
+    """Group-limited routing (`n_group`, `topk_group`; DeepSeek-V2's group_limited_greedy and
+    V3's node-limited routing): unlimited (1, 1) when the config has no groups."""
+    groups = view.int("n_group", default=1)
+    return {"n_group": groups, "topk_group": min(groups, view.int("topk_group", default=groups))}
 
 
 def is_moe_layer(view: ConfigView):

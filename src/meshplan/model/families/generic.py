@@ -11,7 +11,7 @@ from meshplan.model.families.common import (
     all_sliding_if_window, attention_spans, build_model, dense_mlp, num_layers, read_heads,
     standard_attention,
 )
-from meshplan.model.families.deepseek import is_moe_layer, read_mla
+from meshplan.model.families.deepseek import is_moe_layer, read_mla, route_groups
 from meshplan.model.families.registry import register
 from meshplan.model.spec import DenseMLP, ModelSpec, MoEMLP, LayerSpec
 
@@ -31,6 +31,7 @@ def read_generic_moe(view: ConfigView, gated: bool, act: str) -> MoEMLP | None:
     return MoEMLP(
         num_experts=experts, top_k=view.int("num_experts_per_tok"),
         expert=DenseMLP(intermediate_size=width, gated=gated, activation=act), shared=shared,
+        **route_groups(view),
     )
 
 

@@ -87,6 +87,10 @@ class ResolvedPlan:
     """eager, compiled or fused (see TrainingPlan.implementation)."""
     capacity_factor: float | None
     tp_comm_overlap: bool
+    moe_dispatcher: str = "alltoall"
+    """MoE token dispatcher (see TrainingPlan.moe_dispatcher)."""
+    moe_a2a_overlap: bool = False
+    """Expert-parallel dispatch overlapped with another micro-batch's compute."""
     method: str = "full"
     """full, lora or qlora (see TrainingPlan.method)."""
     lora_rank: int = 8
@@ -358,6 +362,21 @@ def _resolve_attention(plan: TrainingPlan, cluster: Cluster, chosen: dict[str, s
     return attention
 
 
+DEFAULT_DISPATCHER = "alltoall"
+"""Token dispatcher when the plan names none, for every framework: Megatron-Core's default and
+Megatron-Bridge's model providers' (NVIDIA-NeMo/Megatron-Bridge@v0.3.0
+src/megatron/bridge/models/{deepseek,qwen,gpt_oss}/*_provider.py: moe_token_dispatcher_type
+"alltoall"). Megatron-Bridge's performance configs opt into flex per model and GPU
+(scripts/performance/configs/*/..._workload_base_configs.py set moe_flex_dispatcher_backend
+for DeepSeek-V3 and Qwen3-30B-A3B everywhere, Qwen3-235B on GB200/GB300 only, GPT-OSS on none
+in V1), so no framework-wide flex default fits; the records state what their run used."""
+
+
+def _dispatcher(plan: TrainingPlan) -> str:
+    """The plan's MoE token dispatcher, else DEFAULT_DISPATCHER."""
+    return plan.moe_dispatcher or DEFAULT_DISPATCHER
+
+
 def _tp_overlap(plan: TrainingPlan, sp: bool, chosen: dict[str, str]) -> bool:
     """The plan's tensor-parallel comm overlap, else the framework's usual one (with SP)."""
     if plan.tp == 1:
@@ -473,6 +492,8 @@ def resolve_plan(plan: TrainingPlan, model: ModelSpec, cluster: Cluster) -> Reso
         implementation=plan.implementation or DEFAULT_IMPLEMENTATION.get(plan.framework, "eager"),
         capacity_factor=plan.capacity_factor,
         tp_comm_overlap=_tp_overlap(plan, sp, chosen),
+        moe_dispatcher=_dispatcher(plan),
+        moe_a2a_overlap=bool(plan.moe_a2a_overlap),
         **_resolve_method(plan, model, chosen),
         **_workload(plan, model, warnings),
         chosen=chosen, warnings=tuple(warnings),

@@ -23,9 +23,10 @@ class TrainingConstants:
     with load-balancing losses stay 10-30% above the mean)."""
     tp_overlap_exposed: float = 0.3
     """Share of tensor-parallel communication still exposed with TP-comm overlap on."""
-    ep_overlap_exposed: float = 1.0
-    """Share of expert-parallel all-to-all time exposed (1: none hidden; Megatron-Core's
-    1F1B all-to-all overlap and DeepEP hide part of it)."""
+    flex_exposed: float = 1.0
+    """Share of the flex (DeepEP / HybridEP) dispatcher's dispatch and combine left exposed
+    without an all-to-all overlap schedule (training/time/moe.py): DeepEP receives through a
+    hook that holds no SMs, so later kernels run while its traffic lands; 1: none hidden."""
     overlap_penalty: float = 0.1
     """Compute slowdown per second of communication overlapped with it (shared SMs, HBM)."""
     kernels_per_layer: int = 24

@@ -18,6 +18,7 @@ from meshplan.costs.routing import distinct_experts
 from meshplan.model.counts import mean_visible_keys
 from meshplan.model.spec import DenseMLP, LayerSpec, MoEMLP
 from meshplan.training.finetune import adapters as finetune
+from meshplan.training.time import moe
 from meshplan.training.time.context import CostContext
 from meshplan.training.time.fusion import fused_elements_per_token, fused_memory_applies
 from meshplan.training.time.kernels import layer_host_s, lora_host_s
@@ -61,8 +62,7 @@ def _gemms(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
         dense += _mlp_gemms(ctx, mlp.shared, t, p.tp)
     touched = touched_experts(ctx, mlp)
     rows = t * mlp.top_k * p.etp / p.tp * imbalance(ctx, mlp) / touched
-    experts = touched * _mlp_gemms(ctx, mlp.expert, rows, p.etp)
-    return dense, experts
+    return dense, moe.grouped_gemm_s(ctx, mlp, touched, rows, p.etp)
 
 
 def touched_experts(ctx: CostContext, mlp: MoEMLP) -> float:
@@ -127,13 +127,6 @@ def _eager_attention(ctx: CostContext, layer: LayerSpec) -> tuple[float, float]:
     return forward, backward
 
 
-MOE_PERMUTE_PASSES = 8
-"""Token-sized HBM passes per routed copy in one MoE forward: the dispatcher's permute (read the
-token, write its copy), the sort into expert order after the all-to-all (read, write), its
-inverse after the experts (read, write) and the combine that weights and sums the copies back
-into their token (read, write)."""
-
-
 def _memory_bound(ctx: CostContext, layer: LayerSpec) -> float:
     """Norms, rotary, activation and residual kernels of the forward pass."""
     p, h = ctx.plan, ctx.model.hidden_size
@@ -150,12 +143,14 @@ def _memory_bound(ctx: CostContext, layer: LayerSpec) -> float:
     per_token += 2 * 3 * inter  # gate/up read, activation write
     if isinstance(mlp, MoEMLP):
         routed = mlp.top_k * p.etp / p.tp * imbalance(ctx, mlp)
-        per_token += 2 * MOE_PERMUTE_PASSES * h * routed
+        per_token += 2 * moe.permute_passes(ctx) * h * routed
     return ctx.memory(per_token * ctx.tokens * ctx.act_width / 2, kernels=ctx.k.kernels_per_layer)
 
 
-def _tp_comm(ctx: CostContext) -> float:
-    """Forward TP collectives: all-gather + reduce-scatter (SP) or all-reduce, twice a layer."""
+def _tp_comm(ctx: CostContext, layer: LayerSpec) -> float:
+    """Forward TP collectives: all-gather + reduce-scatter (SP) or all-reduce, around attention
+    and around the MLP; a MoE block folded to etp = 1 dispatches each rank's own sequence shard,
+    so only attention's remain; with etp > 1 the experts gather the routed copies instead."""
     p = ctx.plan
     if p.tp == 1:
         return 0.0
@@ -165,17 +160,22 @@ def _tp_comm(ctx: CostContext) -> float:
         one += collective_time("reduce_scatter", size, ctx.groups.tp, ctx.cluster, ctx.comm)
     else:
         one = collective_time("all_reduce", size, ctx.groups.tp, ctx.cluster, ctx.comm)
-    return 2 * one
+    mlp = layer.mlp
+    if not isinstance(mlp, MoEMLP) or p.ep == 1:
+        return 2 * one
+    if p.etp == 1:
+        return one
+    # the experts' all-gather / reduce-scatter runs over the expert-TP group after the
+    # dispatch, on every routed copy (Megatron-Core's alltoall dispatcher)
+    return one * (1 + mlp.top_k * imbalance(ctx, mlp) * p.etp / p.tp)
 
 
 def _ep_comm(ctx: CostContext, layer: LayerSpec) -> float:
-    """Forward dispatch + combine all-to-all of routed tokens."""
-    mlp, p = layer.mlp, ctx.plan
-    if not isinstance(mlp, MoEMLP) or p.ep == 1:
+    """Forward dispatch + combine of routed tokens under the plan's dispatcher (training/time/moe.py)."""
+    mlp = layer.mlp
+    if not isinstance(mlp, MoEMLP):
         return 0.0
-    routed = ctx.tokens * mlp.top_k * p.etp / p.tp * imbalance(ctx, mlp)
-    size = routed * ctx.model.hidden_size * ctx.act_width
-    return 2 * collective_time("all_to_all", size, ctx.groups.ep, ctx.cluster, ctx.comm)
+    return moe.ep_comm_s(ctx, mlp, imbalance(ctx, mlp))
 
 
 def _cp_comm(ctx: CostContext, layer: LayerSpec) -> float:
@@ -194,8 +194,8 @@ def layer_time(ctx: CostContext, layer: LayerSpec) -> LayerTime:
     adapters, dequant = finetune.adapter_forward_s(ctx, layer), finetune.dequant_s(ctx, layer)
     attn, attn_backward = _attention(ctx, layer)
     mem = _memory_bound(ctx, layer)
-    tp, cp = _tp_comm(ctx), _cp_comm(ctx, layer)
-    ep = _hidden_share(ctx, _ep_comm(ctx, layer), k.ep_overlap_exposed)
+    tp, cp = _tp_comm(ctx, layer), _cp_comm(ctx, layer)
+    ep = moe.ep_exposed_s(ctx, _ep_comm(ctx, layer), dense + experts + attn)
     tp_exposed = _hidden_share(ctx, tp, k.tp_overlap_exposed if p.tp_comm_overlap else 1.0)
     cp_exposed = max(0.0, cp - attn) + k.overlap_penalty * min(cp, attn)
     overhead = k.moe_overhead_s if isinstance(layer.mlp, MoEMLP) else 0.0
