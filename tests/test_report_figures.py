@@ -234,7 +234,7 @@ def test_serve_plan_capacities_and_latencies_come_from_the_candidates():
     bars = fc.plan_capacity_figure(result)
     assert list(bars.data[0].x) == [10.0] and bars.data[0].orientation == "h"
     # the plan names read level along the y axis (long rotated x labels squashed the chart)
-    assert list(bars.data[0].y) == ["#1 tp1 bf16 on h100-sxm-80gb x2 (2 GPUs)"]
+    assert list(bars.data[0].y) == ["#1 tp1 auto on h100-sxm-80gb x2 (2 GPUs)"]  # weights as the checkpoint stores them
     assert bars.layout.yaxis.tickangle == 0 and bars.layout.yaxis.automargin
     ttft, tpot = fc.plan_curves_figure(result).data
     assert list(ttft.x) == [8.0, 10.0] and list(ttft.y) == pytest.approx([60.0, 160.0])

@@ -42,9 +42,11 @@ def test_tails_have_their_own_pools():
 def test_bands_are_ordered_and_out_of_regime_is_wider():
     inside = band(H100_VLLM, "output_tokens_per_s", 1000.0)
     assert inside.low < inside.high
-    odd = dataclasses.replace(H100_VLLM, engine="sglang", precision="int4", architecture="ampere", moe=True)
+    # int8 weights: no published serving value in the pools (int4 has one since Kimi K2 Thinking's
+    # INT4 checkpoint joined the held-out records)
+    odd = dataclasses.replace(H100_VLLM, engine="sglang", precision="int8", architecture="ampere", moe=True)
     outside = band(odd, "output_tokens_per_s", 1000.0)
-    assert any("int4" in r for r in outside.extrapolating)
+    assert any("int8" in r for r in outside.extrapolating)
     assert outside.high / outside.low > inside.high / inside.low
 
 
