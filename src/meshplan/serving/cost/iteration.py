@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from meshplan.costs.comm import collective_time, p2p_time
+from meshplan.costs.comm import collective_time, load_constants, p2p_time
 from meshplan.costs.constants import constants_for
 from meshplan.costs.ops import attention_time, gemm_time, memory_time
 from meshplan.costs.placement import group_placement
@@ -28,6 +28,7 @@ from meshplan.costs.routing import distinct_experts
 from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.serving.cost.constants import EngineConstants
+from meshplan.serving.cost.deepep import network_units, normal_copies, normal_pass_s, uses_deepep
 from meshplan.serving.cost.graphs import GraphPolicy
 from meshplan.serving.cost.kernels import (COMBINE_BYTES, dispatch_bytes_per_element, measured_constants,
                                            memory_bound_efficiency)
@@ -79,7 +80,13 @@ class IterationCost:
         """MoE layers run as two overlapping micro-batches (meshplan.serving.cost.overlap)."""
         self.tbo_above = two_batch_above
         """(decode-only, with a prefill): steps of more tokens than this are split."""
-        self._tbo_memo: dict[int, tuple[float, float, float, float]] = {}
+        deepep = uses_deepep(plan.engine, plan.ep, cluster) and self.moe_layers > 0
+        self._mode_memos: tuple[dict, dict | None, dict | None] = ({}, {}, {}) if deepep else ({}, None, None)
+        """Memos of `overlapped`, and under DeepEP of `linear_normal` and `overlapped` in normal
+        mode (None without DeepEP): steps with prefill tokens dispatch with its normal kernels,
+        decode-only steps with its low-latency ones (SGLang's --deepep-mode auto;
+        meshplan.serving.cost.deepep). One attribute for the three: on CPython 3.11 a 30th
+        instance attribute measurably slows every attribute read of the class (each step's)."""
         self._groups()
         self._attention_rates()
         self.lora_widths = layer_widths(list(self.layers.elements()), model, plan.tp) if plan.lora_adapters else None
@@ -118,9 +125,10 @@ class IterationCost:
             prefill_pairs, logits_rows = prefill_pairs / pp, math.ceil(logits_rows / pp)
         if self.tbo and tokens > max(1, self.tbo_above[prefill_tokens > 0]):
             attention = self.decode_attention(decode_seqs, decode_ctx) + self.prefill_attention(prefill_tokens, prefill_pairs)
-            stage = self._two_batch(tokens, attention) + self.head(logits_rows)
+            stage = self._two_batch(tokens, attention, self.deepep and prefill_tokens > 0) + self.head(logits_rows)
         else:
-            stage = self.linear(tokens) + self.head(logits_rows)
+            normal = prefill_tokens and self._mode_memos[1] is not None
+            stage = (self.linear_normal(tokens) if normal else self.linear(tokens)) + self.head(logits_rows)
             stage += self.decode_attention(decode_seqs, decode_ctx)
             stage += self.prefill_attention(prefill_tokens, prefill_pairs)
         stage += self.num_layers * self.k.layer_s
@@ -140,7 +148,7 @@ class IterationCost:
         if pp > 1:
             t, rows = np.ceil(t / pp), np.ceil(rows / pp)
             dec, ctx, pre, pairs = dec / pp, ctx / pp, pre / pp, pairs / pp
-        stage = _per_value(self.linear, t) + _per_value(self.head, rows)
+        stage = self._by_mode(self.linear, self.linear_normal, t, pre) + _per_value(self.head, rows)
         read = ctx * self.kv.bytes_per_token + dec * self.kv.windowed_bytes_per_request
         flops = ctx * self.full_flops_per_pair + np.minimum(ctx, dec * self.window) * self.win_flops_per_pair
         compute = flops * self.attn_unit
@@ -152,7 +160,7 @@ class IterationCost:
         prefill = np.where(pre > 0, pflops * self.attn_unit, 0.0)
         stage += prefill
         if self.tbo:  # two micro-batches in the steps above the engine's token threshold
-            overlapped = self._two_batch_many(t, decode + prefill) + _per_value(self.head, rows)
+            overlapped = self._two_batch_many(t, decode + prefill, pre) + _per_value(self.head, rows)
             above = np.maximum(1, np.where(pre > 0, self.tbo_above[1], self.tbo_above[0]))
             stage = np.where(t > above, overlapped, stage)
         stage += self.num_layers * self.k.layer_s  # in __call__'s order: equal to the last bit
@@ -174,6 +182,22 @@ class IterationCost:
             return (prefill > 0) | (seqs > g.max_batch)
         return np.ones(tokens.shape, dtype=bool)
 
+    @property
+    def deepep(self) -> bool:
+        """The replica dispatches with DeepEP (normal kernels for steps with prefill tokens)."""
+        return self._mode_memos[1] is not None
+
+    def _by_mode(self, fn, fn_normal, tokens: np.ndarray, prefill: np.ndarray) -> np.ndarray:
+        """`fn` per distinct token count, or `fn_normal` for the steps with prefill tokens when
+        the engine dispatches with DeepEP (its normal kernels; meshplan.serving.cost.deepep)."""
+        if not self.deepep:
+            return _per_value(fn, tokens)
+        normal = prefill > 0
+        out = np.empty(tokens.shape)
+        out[normal] = _per_value(fn_normal, tokens[normal])
+        out[~normal] = _per_value(fn, tokens[~normal])
+        return out
+
     def linear(self, tokens: int) -> float:
         """GEMMs, memory-bound kernels and collectives of the stage's layers for `tokens` rows."""
         hit = self._memo.get(tokens)
@@ -182,41 +206,53 @@ class IterationCost:
             self._memo[tokens] = hit
         return hit
 
-    def overlapped(self, tokens: int) -> tuple[float, float, float, float]:
+    def linear_normal(self, tokens: int) -> float:
+        """`linear` of a step whose expert-parallel dispatch runs DeepEP's normal kernels."""
+        memo = self._mode_memos[1]
+        hit = memo.get(tokens)
+        if hit is None:
+            hit = sum(n * self._layer(layer, tokens, True) for layer, n in self.layers.items())
+            memo[tokens] = hit
+        return hit
+
+    def overlapped(self, tokens: int, normal: bool = False) -> tuple[float, float, float, float]:
         """The stage's layers for `tokens` rows under two-batch overlap: (layers before and
         between the MoE layers run on the whole batch; the MoE layers' compute of both halves;
         their dispatch + combine of both halves; the first half's first dispatch + the second
-        half's last combine, which nothing hides). Memoised per token count."""
-        hit = self._tbo_memo.get(tokens)
+        half's last combine, which nothing hides). Memoised per token count and mode."""
+        memo = self._mode_memos[2 if normal else 0]
+        hit = memo.get(tokens)
         if hit is None:
             halves, whole, compute, comm, moe = split_tokens(tokens), 0.0, 0.0, 0.0, None
             for layer, n in self.layers.items():
                 if not isinstance(layer.mlp, MoEMLP):
-                    whole += n * self._layer(layer, tokens)
+                    whole += n * self._layer(layer, tokens, normal)
                     continue
                 moe = layer
                 for rows in halves:
-                    a2a = self._ep_comm(layer, rows)
-                    compute += n * (self._layer(layer, rows) - a2a)
+                    a2a = self._ep_comm(layer, rows, normal)
+                    compute += n * (self._layer(layer, rows, normal) - a2a)
                     comm += n * a2a
-            dispatch, _ = self._ep_parts(moe, halves[0])
-            _, combine = self._ep_parts(moe, halves[1])
+            dispatch, _ = self._ep_parts(moe, halves[0], normal)
+            _, combine = self._ep_parts(moe, halves[1], normal)
             hit = (whole, compute + self.moe_layers * self.k.layer_s, comm, dispatch + combine)
-            self._tbo_memo[tokens] = hit
+            memo[tokens] = hit
         return hit
 
-    def _two_batch(self, tokens: int, attention: float) -> float:
+    def _two_batch(self, tokens: int, attention: float, normal: bool = False) -> float:
         """GEMMs, collectives and `attention` of the stage under two-batch overlap: the MoE
         layers' share of the attention runs inside the overlapped compute; each micro-batch
         pays its own kernel tails (`layer_s` once more per MoE layer than the serial pass)."""
-        whole, compute, comm, exposed = self.overlapped(tokens)
+        whole, compute, comm, exposed = self.overlapped(tokens, normal)
         inside = attention * self.moe_layers / self.num_layers
         return whole + (attention - inside) + float(two_batch_time(compute + inside, comm, exposed))
 
-    def _two_batch_many(self, tokens: np.ndarray, attention: np.ndarray) -> np.ndarray:
+    def _two_batch_many(self, tokens: np.ndarray, attention: np.ndarray, prefill: np.ndarray) -> np.ndarray:
         """`_two_batch` over many iterations (token counts below 2 give placeholders that the
         caller replaces with the serial cost)."""
-        parts = [_per_value(lambda n, i=i: self.overlapped(max(n, 2))[i], tokens) for i in range(4)]
+        parts = [self._by_mode(lambda n, i=i: self.overlapped(max(n, 2))[i],
+                               lambda n, i=i: self.overlapped(max(n, 2), True)[i], tokens, prefill)
+                 for i in range(4)]
         inside = attention * self.moe_layers / self.num_layers
         return parts[0] + (attention - inside) + two_batch_time(parts[1] + inside, parts[2], parts[3])
 
@@ -225,7 +261,7 @@ class IterationCost:
         return gemm_time(m, n, k, gpu=self.cluster.gpu, dtype=dtype, c=c or self.c,
                          weight_width=width, roofline_order=ROOFLINE_ORDER)
 
-    def _layer(self, layer: LayerSpec, t: int) -> float:
+    def _layer(self, layer: LayerSpec, t: int, normal: bool = False) -> float:
         a, tp, h = layer.attention, self.plan.tp, self.model.hidden_size
         if a.mla is None:
             proj = self._gemm(t, (a.num_heads * a.head_dim + 2 * a.num_kv_heads * a.v_head_dim) / tp, h)
@@ -241,7 +277,7 @@ class IterationCost:
         else:
             proj += self._moe(mlp, t)
         elementwise = self._hbm(t * h * 2.0 * 10)
-        return proj + elementwise + self._tp_comm(t) + self._ep_comm(layer, t)
+        return proj + elementwise + self._tp_comm(t) + self._ep_comm(layer, t, normal)
 
     def _hbm(self, nbytes: float) -> float:
         """Memory-bound passes moving `nbytes` (fused into neighbouring kernels: no launch)."""
@@ -282,13 +318,17 @@ class IterationCost:
         calls = 1 if self.model.parallel_residual else 2
         return calls * (collective_time("all_reduce", size, self.tp_group, self.cluster) + self.k.collective_s)
 
-    def _ep_comm(self, layer: LayerSpec, t: int) -> float:
-        """Dispatch of each token's top-k copies to the experts' ranks and the combine back: the
-        busiest rank's share over the expert-parallel group, the dispatch in FP8 where the engine
-        quantizes before sending (meshplan.serving.cost.kernels), the combine in 16 bits."""
+    def _ep_comm(self, layer: LayerSpec, t: int, normal: bool = False) -> float:
+        """Dispatch of each token to its experts' ranks and the combine back: the busiest rank's
+        share over the expert-parallel group, the dispatch in FP8 where the engine quantizes
+        before sending (meshplan.serving.cost.kernels), the combine in 16 bits. Top-k copies as
+        an all-to-all, or with `normal` DeepEP's one copy per destination node plus NVLink
+        forwarding (meshplan.serving.cost.deepep)."""
         mlp = layer.mlp
         if not isinstance(mlp, MoEMLP) or self.plan.ep == 1:
             return 0.0
+        if normal:
+            return sum(self._ep_parts(layer, t, normal))
         rows = self._ep_rows(mlp, t)
         time = 2 * self.k.collective_s
         for width in (self.dispatch_width, COMBINE_BYTES):
@@ -299,11 +339,27 @@ class IterationCost:
         """Hidden elements the busiest expert-parallel rank sends (and receives back) for `t` rows."""
         return t * mlp.top_k * self.model.hidden_size * ep_imbalance(t * self.plan.dp * mlp.top_k, self.plan.ep)
 
-    def _ep_parts(self, layer: LayerSpec, t: int) -> tuple[float, float]:
+    def _ep_parts(self, layer: LayerSpec, t: int, normal: bool = False) -> tuple[float, float]:
         """(dispatch, combine) of `_ep_comm`, each with its fixed collective time."""
+        if normal:
+            return tuple(self.k.collective_s + self._normal_pass(layer.mlp, t, width)
+                         for width in (self.dispatch_width, COMBINE_BYTES))
         rows = self._ep_rows(layer.mlp, t)
         return tuple(self.k.collective_s + collective_time("all_to_all", rows * width, self.ep_group, self.cluster)
                      for width in (self.dispatch_width, COMBINE_BYTES))
+
+    def _normal_pass(self, mlp: MoEMLP, t: int, width: float) -> float:
+        """One DeepEP normal-kernel pass of the rank's `t` tokens at `width` bytes per element:
+        network copies per remote node touched, NVLink copies per GPU touched; the busiest
+        receiving node (of the replica's token-node pairs) and GPU (of its token-expert pairs)
+        set the pace."""
+        copies = normal_copies(mlp, self.ep_group, self.cluster)
+        units = network_units(self.ep_group, self.cluster)[0]
+        tokens = t * self.plan.dp
+        imbalance = (ep_imbalance(tokens * copies[0] * units / max(units - 1, 1), units),
+                     ep_imbalance(tokens * mlp.top_k, self.plan.ep))
+        return normal_pass_s(t * self.model.hidden_size * width, copies, imbalance, self.cluster,
+                             load_constants(self.cluster.gpu.name))
 
     def lora(self, tokens: int, adapters: int) -> float:
         """Batched LoRA kernels of an iteration of `tokens` rows using `adapters` distinct

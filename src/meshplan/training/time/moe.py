@@ -33,6 +33,7 @@ import math
 
 from meshplan.costs.comm import collective_time
 from meshplan.costs.ops import TILE_M
+from meshplan.costs.routing import touched_share, touched_units
 from meshplan.model.spec import DenseMLP, MoEMLP
 from meshplan.training.plan import QUANTIZED
 
@@ -121,33 +122,6 @@ def ep_comm_s(ctx, mlp: MoEMLP, load: float) -> float:
                 + collective_time("reduce_scatter", size, g, ctx.cluster, ctx.comm))
     size = tokens * mlp.top_k * load * h * ctx.act_width
     return 2 * collective_time("all_to_all", size, g, ctx.cluster, ctx.comm)
-
-
-def touched_share(groups: float, top_k: int, experts: int) -> float:
-    """Expected number of `groups` equal groups of experts that one token's top-k choice
-    reaches (uniform routing): groups x (1 - P(a given group holds none of the k))."""
-    if groups <= 1:
-        return min(groups, 1.0)
-    per_group = experts / groups
-    miss = 1.0
-    for j in range(min(top_k, experts)):
-        miss *= max(0.0, (experts - per_group - j) / (experts - j))
-    return groups * (1.0 - miss)
-
-
-def touched_units(mlp: MoEMLP, units: float) -> float:
-    """Expected `units` (nodes or NVLink domains, each holding an equal slice of the experts)
-    one token's experts reach. Group-limited routing (n_group, topk_group) first picks
-    topk_group of the n_group expert groups, then the top-k experts inside them: with whole
-    groups per unit a token reaches at most topk_group units (DeepSeek-V3: 4 of 8 nodes, its
-    report's node-limited routing); with groups spread over several units, its top-k land on
-    the units of the chosen groups only."""
-    groups, limit = mlp.n_group, mlp.topk_group
-    if groups <= 1 or limit >= groups:
-        return touched_share(units, mlp.top_k, mlp.num_experts)
-    if units <= groups:
-        return touched_share(units, limit, groups)
-    return touched_share(units * limit / groups, mlp.top_k, mlp.num_experts * limit / groups)
 
 
 def _flex(ctx, mlp: MoEMLP, token_bytes: float) -> float:
