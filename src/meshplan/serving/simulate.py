@@ -137,15 +137,7 @@ class Simulation:
         if self.streaming:
             self.sink = StreamingMetrics(slo, window_end=self._last_arrival())
         reqs, closed = self.workload.requests, self.workload.concurrency
-        sent = min(closed, len(reqs)) if closed else 0
-        if closed:
-            for i in range(sent):
-                self._push(0.0, ARRIVAL, i)
-        elif self.backlogs:
-            self._arrive_offline()
-        elif reqs:
-            self._push(reqs[0].arrival_s, ARRIVAL, 0)
-            self.next_arrival = reqs[0].arrival_s
+        sent = self._first_arrivals()
         now, total = 0.0, len(reqs)
         while self.heap:
             now, _, kind, payload = heapq.heappop(self.heap)
@@ -168,6 +160,25 @@ class Simulation:
                 seq, replica = payload
                 replica.add(seq)
                 self._kick(replica, now)
+        return self._result(now, wall, slo)
+
+    def _first_arrivals(self) -> int:
+        """Queue the run's first events: a closed loop's first `concurrency` requests, an offline
+        stream's per-replica backlogs, or an open loop's first arrival; returns the requests sent."""
+        reqs, closed = self.workload.requests, self.workload.concurrency
+        sent = min(closed, len(reqs)) if closed else 0
+        if closed:
+            for i in range(sent):
+                self._push(0.0, ARRIVAL, i)
+        elif self.backlogs:
+            self._arrive_offline()
+        elif reqs:
+            self._push(reqs[0].arrival_s, ARRIVAL, 0)
+            self.next_arrival = reqs[0].arrival_s
+        return sent
+
+    def _result(self, now: float, wall: float, slo: SLO | None) -> SimulationResult:
+        """The run's metrics (streamed, or from every record) and what else the result carries."""
         if self.sink is not None:
             metrics = self.sink.metrics(self.log)
         else:

@@ -63,9 +63,7 @@ class IterationCost:
         g = engine.grouped_gemm_efficiency
         self.c_experts = replace(self.c, gemm_efficiency=self.c.gemm_efficiency * g,
                                  fp8_gemm_efficiency=self.c.fp8_gemm_efficiency * g)
-        precision, sixteen = plan_precision(model, plan), sixteen_bit(plan)
-        self.formats = {g: (gemm_dtype(precision.format(g), cluster.gpu.dtypes, sixteen),
-                            precision.format(g).bits / 8) for g in ("attention", "mlp", "experts", "router")}
+        self.formats = self._weight_formats()
         """(GEMM compute dtype, stored bytes per weight) of each group of weights: W8A8/W4A4 where
         the GPU has the peak, weight-only formats in 16-bit math over fewer bytes."""
         self.dtype = self.formats["experts"][0]
@@ -76,21 +74,31 @@ class IterationCost:
         self._memo: dict[int, float] = {}
         self._head_memo: dict[int, float] = {}
         self.moe_layers = sum(n for layer, n in self.layers.items() if isinstance(layer.mlp, MoEMLP))
+        self._moe_overlap(two_batch_overlap, two_batch_above)
+        self._groups()
+        self._attention_rates()
+        self.lora_widths = layer_widths(list(self.layers.elements()), model, plan.tp) if plan.lora_adapters else None
+        """Adapted widths of the stage on one rank (multi-LoRA serving; None without adapters)."""
+
+    def _weight_formats(self) -> dict[str, tuple[str, float]]:
+        precision, sixteen = plan_precision(self.model, self.plan), sixteen_bit(self.plan)
+        return {g: (gemm_dtype(precision.format(g), self.cluster.gpu.dtypes, sixteen),
+                    precision.format(g).bits / 8) for g in ("attention", "mlp", "experts", "router")}
+
+    def _moe_overlap(self, two_batch_overlap: bool, two_batch_above: tuple[int, int]) -> None:
+        """How the MoE layers' all-to-alls run: two-batch overlap, and DeepEP's two modes."""
+        plan = self.plan
         self.tbo = two_batch_overlap and plan.ep > 1 and self.moe_layers > 0
         """MoE layers run as two overlapping micro-batches (meshplan.serving.cost.overlap)."""
         self.tbo_above = two_batch_above
         """(decode-only, with a prefill): steps of more tokens than this are split."""
-        deepep = uses_deepep(plan.engine, plan.ep, cluster) and self.moe_layers > 0
+        deepep = uses_deepep(plan.engine, plan.ep, self.cluster) and self.moe_layers > 0
         self._mode_memos: tuple[dict, dict | None, dict | None] = ({}, {}, {}) if deepep else ({}, None, None)
         """Memos of `overlapped`, and under DeepEP of `linear_normal` and `overlapped` in normal
         mode (None without DeepEP): steps with prefill tokens dispatch with its normal kernels,
         decode-only steps with its low-latency ones (SGLang's --deepep-mode auto;
         meshplan.serving.cost.deepep). One attribute for the three: on CPython 3.11 a 30th
         instance attribute measurably slows every attribute read of the class (each step's)."""
-        self._groups()
-        self._attention_rates()
-        self.lora_widths = layer_widths(list(self.layers.elements()), model, plan.tp) if plan.lora_adapters else None
-        """Adapted widths of the stage on one rank (multi-LoRA serving; None without adapters)."""
 
     def _groups(self) -> None:
         p = self.plan
