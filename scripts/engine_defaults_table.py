@@ -19,7 +19,7 @@ BLOCK = re.compile(r"(<!-- BEGIN TABLE: engine_defaults -->\n)(.*?)(<!-- END TAB
 SHOWN = {"vllm": ("max_num_batched_tokens", "max_num_seqs", "chunked_prefill", "cuda_graph_max_batch",
                   "overlap_scheduling", "two_batch_overlap", "block_size", "gpu_memory_utilization"),
          "sglang": ("chunked_prefill_size", "max_running_requests", "chunked_prefill", "cuda_graph_max_bs",
-                    "overlap_scheduling", "two_batch_overlap", "page_size", "mem_fraction_static",
+                    "prefill_cuda_graph_max_tokens", "overlap_scheduling", "two_batch_overlap", "page_size", "mem_fraction_static",
                     "schedule_policy"),
          "tensorrt-llm": ("max_num_tokens", "max_batch_size", "chunked_prefill", "cuda_graph_max_batch",
                           "overlap_scheduling", "two_batch_overlap", "block_size", "gpu_memory_utilization")}
@@ -40,11 +40,19 @@ def _when(when: dict) -> str:
     return ", ".join(parts)
 
 
+def _plain(value) -> str:
+    """A rule's value; SGLang's prefill-graph sizes are a small mapping."""
+    if not isinstance(value, dict):
+        return str(value)
+    off = "/".join(value.get("off_with", ()))
+    return f"{value['tokens']} (MLA: at most {value['mla_cap']})" + (f", off with {off}" if off else "")
+
+
 def _value(entry: dict) -> str:
     if "value" in entry:
-        return str(entry["value"])
+        return _plain(entry["value"])
     if "rules" in entry:
-        return "; ".join(f"{_when(r['when'])}: {r['value']}" if r.get("when") else f"else {r['value']}"
+        return "; ".join(f"{_when(r['when'])}: {_plain(r['value'])}" if r.get("when") else f"else {_plain(r['value'])}"
                          for r in entry["rules"])
     return str(entry.get("formula", entry.get("default", "")))
 

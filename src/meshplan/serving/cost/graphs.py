@@ -10,8 +10,9 @@ Which iterations the engines replay (engine_defaults.yaml, `cuda_graph_max_batch
 sources of the sizes):
 - vLLM V1: piecewise graphs over every batch of at most the largest capture size in tokens
   (decode and mixed), `--enforce-eager` turns them off;
-- SGLang: decode-only batches of at most `--cuda-graph-max-bs` requests,
-  `--disable-cuda-graph` turns them off;
+- SGLang: decode-only batches of at most `--cuda-graph-max-bs` requests, and from the release
+  that made breakable prefill graphs the default on CUDA, prefill batches of at most
+  `prefill_graph_max_tokens` tokens; `--disable-cuda-graph` turns them off;
 - TensorRT-LLM's PyTorch backend (1.0+): decode-only batches up to `cuda_graph_config`'s
   max_batch_size;
 - TensorRT-LLM's C++ runtime (before 1.0) enqueues a built TensorRT engine from C++: a few
@@ -20,10 +21,13 @@ sources of the sizes):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from importlib import resources
 
 from meshplan.costs.host import HOST_OP_S, OPS_PER_KERNEL
 from meshplan.model.spec import LayerSpec, MoEMLP
+from meshplan.yamlread import load_packaged
 
 GRAPH_SCOPE = {"vllm": "tokens", "sglang": "decode", "tensorrt-llm-pytorch": "decode", "tensorrt-llm": None}
 """What a captured graph covers per engine generation: batches of up to N scheduled tokens
@@ -32,9 +36,22 @@ GRAPH_SCOPE = {"vllm": "tokens", "sglang": "decode", "tensorrt-llm-pytorch": "de
 HOST_LAUNCH_S = {"python": HOST_OP_S * OPS_PER_KERNEL, "c++": 1.0e-6}
 """Host time per kernel launched eagerly: Python runtimes dispatch OPS_PER_KERNEL ops per kernel
 at HOST_OP_S each (costs/host.py); C++ runtimes (TensorRT's enqueue) pay the launch API alone.
-No calibration record runs an engine eagerly, so these stay physical assumptions."""
+An engine with a measured eager forward (data/eager_host.yaml) uses its own figure instead."""
 
 RUNTIME = {"vllm": "python", "sglang": "python", "tensorrt-llm-pytorch": "python", "tensorrt-llm": "c++"}
+
+
+@functools.cache
+def measured_launch_s() -> dict[str, float]:
+    """Host seconds per counted kernel of the engines with a measured eager forward."""
+    path = resources.files("meshplan.serving").joinpath("data").joinpath("eager_host.yaml")
+    return {name: float(row["per_kernel_s"]) for name, row in load_packaged(path.read_text())["engines"].items()}
+
+
+def launch_s(engine_key: str) -> float:
+    """Host seconds per kernel that `engine_key` (a constants key) launches eagerly."""
+    measured = measured_launch_s().get(engine_key)
+    return measured if measured is not None else HOST_LAUNCH_S[RUNTIME.get(engine_key, "python")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +64,18 @@ class GraphPolicy:
     """Largest captured batch (tokens or requests by scope); 0: graphs off."""
     host_floor_s: float
     """Host seconds to launch one eager iteration's kernels on one pipeline stage."""
+    prefill_max_tokens: int = 0
+    """With scope "decode": largest iteration with prefill tokens that replays a prefill graph
+    (SGLang's breakable prefill graphs); 0: every iteration with prefill runs eagerly."""
 
     def graphed(self, tokens: float, seqs: float, prefill_tokens: float) -> bool:
         """Whether an iteration of `tokens` scheduled tokens over `seqs` requests replays a graph."""
         if self.scope == "tokens":
             return tokens <= self.max_batch
         if self.scope == "decode":
-            return prefill_tokens == 0 and seqs <= self.max_batch
+            if prefill_tokens:
+                return tokens <= self.prefill_max_tokens
+            return seqs <= self.max_batch
         return False
 
 
@@ -77,9 +99,12 @@ def layer_kernels(layer: LayerSpec, tp: int, ep: int) -> int:
 
 
 def graph_policy(engine_key: str, max_batch: int, layers: dict[LayerSpec, int], tp: int, ep: int,
-                 enforce_eager: bool) -> GraphPolicy:
-    """The policy of a replica of `engine_key` (a constants key) whose stage holds `layers`."""
+                 enforce_eager: bool, prefill_max_tokens: int = 0) -> GraphPolicy:
+    """The policy of a replica of `engine_key` (a constants key) whose stage holds `layers`;
+    `prefill_max_tokens` as GraphPolicy's (the caller has applied the engine's exclusions)."""
     kernels = sum(n * layer_kernels(layer, tp, ep) for layer, n in layers.items()) + 3  # + head, sample
-    host = kernels * HOST_LAUNCH_S[RUNTIME.get(engine_key, "python")]
+    host = kernels * launch_s(engine_key)
     scope = None if enforce_eager else GRAPH_SCOPE.get(engine_key)
-    return GraphPolicy(scope=scope, max_batch=0 if scope is None else max_batch, host_floor_s=host)
+    on = scope is not None
+    return GraphPolicy(scope=scope, max_batch=max_batch if on else 0, host_floor_s=host,
+                       prefill_max_tokens=prefill_max_tokens if on and scope == "decode" else 0)

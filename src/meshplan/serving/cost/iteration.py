@@ -187,7 +187,7 @@ class IterationCost:
         if g.scope == "tokens":
             return tokens > g.max_batch
         if g.scope == "decode":
-            return (prefill > 0) | (seqs > g.max_batch)
+            return np.where(prefill > 0, tokens > g.prefill_max_tokens, seqs > g.max_batch)
         return np.ones(tokens.shape, dtype=bool)
 
     @property

@@ -43,6 +43,14 @@ class EngineDefaults:
     """"fcfs" (vLLM, SGLang) or "guaranteed-no-evict" / "max-utilization" (TRT-LLM)."""
     cuda_graph_max_batch: int
     """Largest decode batch replayed from a CUDA graph; bigger batches run eagerly."""
+    prefill_graph_max_tokens: int = 0
+    """Largest prefill batch (tokens) replayed from SGLang's prefill CUDA graphs (piecewise from
+    0.5.10, breakable from 0.5.15); 0: prefill runs eagerly (vLLM's graphs cover tokens anyway)."""
+    prefill_graph_mla_cap: int = 0
+    """The same limit's cap for models with multi-head latent attention."""
+    prefill_graph_off_with: tuple[str, ...] = ()
+    """Deployments in which the engine turns its prefill graphs off: "pipeline_parallel",
+    "two_batch_overlap", "deepep", "disaggregated"."""
     source_note: str
     two_batch_overlap: bool = False
     """Whether MoE layers run as two overlapping micro-batches (SGLang two-batch overlap, vLLM
@@ -235,10 +243,19 @@ def _sglang(k: dict, ctx: dict, gpu_memory_bytes: int, tp: int, kv_tokens: int |
         gpu_memory_utilization=sglang_mem_fraction_static(gpu_memory_bytes, chunk, graph, tp, version=version),
         block_size=_pick(k["page_size"], ctx), chunked_prefill=_pick(k["chunked_prefill"], ctx),
         prefix_caching=_pick(k["radix_cache"], ctx), scheduler_policy=_pick(k["schedule_policy"], ctx),
-        cuda_graph_max_batch=graph,
+        cuda_graph_max_batch=graph, **_prefill_graphs(_pick(k["prefill_cuda_graph_max_tokens"], ctx), chunk),
         source_note=f"SGLang memory defaults ({src['path']} @{str(src['version_or_commit'])[:8]}); "
                     + ("max_running_requests from the KV pool" if known
                        else "max_running_requests = request-pool floor 2048 (KV pool unknown)"))
+
+
+def _prefill_graphs(value, chunk: int) -> dict:
+    """SGLang's prefill-graph knob as EngineDefaults fields (0: none)."""
+    if not value:
+        return {}
+    tokens = chunk if value["tokens"] == "chunked_prefill_size" else int(value["tokens"])
+    return {"prefill_graph_max_tokens": tokens, "prefill_graph_mla_cap": min(tokens, value["mla_cap"]),
+            "prefill_graph_off_with": tuple(value.get("off_with", ()))}
 
 
 def _trtllm(k: dict, ctx: dict, gpu_memory_bytes: int, tp: int, pp: int, sizes: tuple) -> EngineDefaults:

@@ -13,6 +13,7 @@ from meshplan.calibration.site import active_site
 from meshplan.serving.cost.constants import EngineConstants, constants_key, engine_constants
 from meshplan.serving.cost.iteration import IterationCost
 from meshplan.serving.engine.defaults import EngineDefaults, engine_defaults
+from meshplan.serving.cost.deepep import uses_deepep
 from meshplan.serving.cost.graphs import graph_policy
 from meshplan.serving.engine.iterations import IterationLog
 from meshplan.serving.engine.kvcache import BlockPool
@@ -153,9 +154,10 @@ def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Wor
     key = constants_key(plan.engine, plan.engine_version)
     engine = engine or engine_constants(key)
     stage = Counter(stage_layers(model, plan.pp))
-    graphs = graph_policy(key, pool.defaults.cuda_graph_max_batch, stage, plan.tp, plan.ep, plan.enforce_eager)
-    engine, device = with_site(engine, cluster.gpu.name)
     tbo = pool.defaults.two_batch_overlap if plan.enable_two_batch_overlap is None else plan.enable_two_batch_overlap
+    graphs = graph_policy(key, pool.defaults.cuda_graph_max_batch, stage, plan.tp, plan.ep, plan.enforce_eager,
+                          _prefill_graph_tokens(pool, model, cluster, tbo))
+    engine, device = with_site(engine, cluster.gpu.name)
     cost = IterationCost(model, sub, plan, mem.kv, engine, graphs, device_scale=device, two_batch_overlap=tbo,
                          two_batch_above=pool.defaults.two_batch_above_tokens)
     window = -(-int(mem.kv.windowed_bytes_per_request) // int(mem.kv.bytes_per_token * mem.block_size))
@@ -176,3 +178,16 @@ def build_replicas(model: ModelSpec, cluster: Cluster, pool: Pool, workload: Wor
         for replica in replicas:
             replica.lora = AdapterSlots(lora_slots(plan), load_s)
     return replicas
+
+
+def _prefill_graph_tokens(pool: Pool, model: ModelSpec, cluster: Cluster, two_batch: bool) -> int:
+    """Largest prefill batch the pool's engine replays from prefill CUDA graphs (SGLang from
+    0.5.10; engine_defaults.yaml, prefill_cuda_graph_max_tokens), 0 where its release or the
+    deployment (pipeline stages, two-batch overlap, DeepEP, a disaggregated role) turns them off."""
+    d, plan = pool.defaults, pool.plan
+    off = {"pipeline_parallel": plan.pp > 1, "two_batch_overlap": two_batch,
+           "deepep": uses_deepep(plan.engine, plan.ep, cluster), "disaggregated": pool.role != "both"}
+    if not d.prefill_graph_max_tokens or any(off[why] for why in d.prefill_graph_off_with):
+        return 0
+    mla = any(layer.attention.mla is not None for layer in model.layers)
+    return d.prefill_graph_mla_cap if mla else d.prefill_graph_max_tokens
