@@ -153,3 +153,27 @@ def test_rates_are_derived_from_deepeps_table():
 def statistics_median(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[len(ordered) // 2] if len(ordered) % 2 else math.fsum(ordered[len(ordered) // 2 - 1:][:2]) / 2
+
+
+def test_normal_kernels_take_their_sms_from_the_compute_they_hide_under(monkeypatch):
+    """overlap.two_batch_time: compute C overlapped with M seconds of DeepEP normal kernels that
+    occupy s = 20 / sm_count of the SMs (the legacy Buffer's default, deepep.NORMAL_KERNEL_SMS)
+    takes max(M, C + s M); the low-latency decode kernels take none. A TBO prefill step of
+    DeepSeek-V3 over EP32 H100s costs exactly that much more than with s = 0."""
+    from meshplan.serving.cost.overlap import two_batch_time
+    assert two_batch_time(1.0, 0.5, 0.0, 0.2) == pytest.approx(1.1)  # C dominates: + s M
+    assert two_batch_time(0.3, 1.0, 0.0, 0.2) == pytest.approx(1.0)  # C fits inside M slowed
+    assert deepep.normal_sm_share(132) == pytest.approx(20 / 132)
+    c = cost(DSV3, 32, tbo=True)
+    prefill = (4096, 4, 0, 0.0, 4096, 4096 * 4097 / 2, 4)
+    decode = (256, 256, 256, 256 * 2000.0, 0, 0.0, 256)
+    whole, compute, comm, exposed = c.overlapped(4096, True)
+    inside = c.prefill_attention(4096, 4096 * 4097 / 2) * c.moe_layers / c.num_layers
+    extra = max(compute + inside + 20 / 132 * comm, comm) - max(compute + inside, comm)
+    assert extra > 0
+    slowed = (c(*prefill), c(*decode), c.batch(np.array([prefill, decode])))
+    monkeypatch.setattr("meshplan.serving.cost.iteration.normal_sm_share", lambda sm: 0.0)
+    free = cost(DSV3, 32, tbo=True)
+    assert slowed[0] - free(*prefill) == pytest.approx(extra * c.device, rel=1e-9)
+    assert slowed[1] == pytest.approx(free(*decode), rel=1e-12)
+    assert slowed[2] - free.batch(np.array([prefill, decode])) == pytest.approx([extra * c.device, 0.0], abs=1e-12)

@@ -63,6 +63,20 @@ BENCH_TOPK_GROUPS = 4
 (tests/legacy/test_internode.py, `--num-topk-groups` default)."""
 
 
+NORMAL_KERNEL_SMS = 20
+"""SMs DeepEP's normal (V1) dispatch and combine kernels occupy while they move data: the legacy
+Buffer's class default `num_sms: int = 20` (deepseek-ai/DeepEP deep_ep/buffer.py since ebfe47e4,
+2025-02; deep_ep/buffers/legacy.py:31 at dd758caf), which SGLang takes unless --deepep-config sets
+it (DeepEPConfig: `self.num_sms = Buffer.num_sms`, sglang 0.5.6.post2 wheel,
+srt/layers/moe/token_dispatcher/deepep.py). The low-latency kernels receive through a hook and
+occupy no SM while another micro-batch computes (docs/legacy.md), so decode pays nothing."""
+
+
+def normal_sm_share(sm_count: int) -> float:
+    """Share of a GPU's SMs the normal kernels take from the compute they overlap."""
+    return min(1.0, NORMAL_KERNEL_SMS / sm_count)
+
+
 def _normal_rows() -> list[dict]:
     table = rates()["ep_dispatch_combine"]["normal"]
     return [dict(zip(table["columns"], row)) for row in table["rows"]]

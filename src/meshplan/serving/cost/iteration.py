@@ -28,7 +28,7 @@ from meshplan.costs.routing import distinct_experts
 from meshplan.hardware import Cluster
 from meshplan.model.spec import DenseMLP, LayerSpec, ModelSpec, MoEMLP
 from meshplan.serving.cost.constants import EngineConstants
-from meshplan.serving.cost.deepep import network_units, normal_copies, normal_pass_s, uses_deepep
+from meshplan.serving.cost.deepep import network_units, normal_copies, normal_pass_s, normal_sm_share, uses_deepep
 from meshplan.serving.cost.graphs import GraphPolicy
 from meshplan.serving.cost.kernels import (COMBINE_BYTES, dispatch_bytes_per_element, measured_constants,
                                            memory_bound_efficiency)
@@ -253,7 +253,8 @@ class IterationCost:
         pays its own kernel tails (`layer_s` once more per MoE layer than the serial pass)."""
         whole, compute, comm, exposed = self.overlapped(tokens, normal)
         inside = attention * self.moe_layers / self.num_layers
-        return whole + (attention - inside) + float(two_batch_time(compute + inside, comm, exposed))
+        stolen = normal_sm_share(self.cluster.gpu.sm_count) if normal else 0.0
+        return whole + (attention - inside) + float(two_batch_time(compute + inside, comm, exposed, stolen))
 
     def _two_batch_many(self, tokens: np.ndarray, attention: np.ndarray, prefill: np.ndarray) -> np.ndarray:
         """`_two_batch` over many iterations (token counts below 2 give placeholders that the
@@ -262,7 +263,8 @@ class IterationCost:
                                lambda n, i=i: self.overlapped(max(n, 2), True)[i], tokens, prefill)
                  for i in range(4)]
         inside = attention * self.moe_layers / self.num_layers
-        return parts[0] + (attention - inside) + two_batch_time(parts[1] + inside, parts[2], parts[3])
+        stolen = np.where(prefill > 0, normal_sm_share(self.cluster.gpu.sm_count), 0.0) if self.deepep else 0.0
+        return parts[0] + (attention - inside) + two_batch_time(parts[1] + inside, parts[2], parts[3], stolen)
 
     def _gemm(self, m: float, n: float, k: float, c=None, group: str = "attention") -> float:
         dtype, width = self.formats[group]

@@ -31,9 +31,12 @@ micro-batch's dispatch in the first MoE layer and the second's combine in the la
 is taken over the whole stage, not per layer: the micro-batches stay out of phase across layers,
 so the pipeline fills and drains once per forward pass.
 
-Not modeled: DeepEP's normal (prefill) kernels occupy SMs while they move data, so the compute
-that hides them runs a little slower (the LMSYS breakdown: per-kernel times of TBO at 16k tokens
-above no-TBO at 8k); no constant is fitted for it.
+DeepEP's normal (prefill) kernels occupy SMs while they move data (20 of them by default:
+meshplan.serving.cost.deepep.NORMAL_KERNEL_SMS), so the compute that hides them runs on the
+remaining share 1 - s of the GPU: compute work C and a communication stream of M seconds take
+max(M, C + s * M) (C fits inside M at the reduced rate, or M of it ran slowed and the rest at
+full rate). The LMSYS breakdown shows the effect: per-kernel times of TBO at 16k tokens above
+no-TBO at 8k. The low-latency decode kernels occupy none (s = 0).
 """
 
 from __future__ import annotations
@@ -41,11 +44,12 @@ from __future__ import annotations
 import numpy as np
 
 
-def two_batch_time(compute, comm, exposed):
+def two_batch_time(compute, comm, exposed, stolen=0.0):
     """Seconds of the overlapped MoE layers: the longer of the compute stream (`compute`, both
-    micro-batches) and the communication stream (`comm`, both micro-batches' dispatch and
-    combine), plus the communication that nothing hides (`exposed`). Floats or arrays."""
-    return np.maximum(compute, comm) + exposed
+    micro-batches, slowed by `stolen` x `comm` when the communication kernels occupy that share
+    of the SMs) and the communication stream (`comm`, both micro-batches' dispatch and combine),
+    plus the communication that nothing hides (`exposed`). Floats or arrays."""
+    return np.maximum(compute + stolen * comm, comm) + exposed
 
 
 def split_tokens(tokens: int) -> tuple[int, int]:
