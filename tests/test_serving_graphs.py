@@ -113,3 +113,7 @@ def test_exporters_turn_graphs_off():
     assert "--enforce-eager" in vllm.export("meta-llama/Llama-3.1-8B-Instruct", plan)
     assert "--disable-cuda-graph" in sglang.export("meta-llama/Llama-3.1-8B-Instruct", plan.model_copy(update={"engine": "sglang"}))
     assert "--enforce-eager" not in vllm.export("meta-llama/Llama-3.1-8B-Instruct", ServingPlan())
+    piecewise = [sglang.export("meta-llama/Llama-3.1-8B-Instruct", ServingPlan(
+        engine="sglang", engine_version=v, enforce_eager=True)) for v in ("0.5.9", "0.5.12", "0.5.15")]
+    # only 0.5.10-0.5.14 keep their piecewise prefill graphs under --disable-cuda-graph
+    assert ["--disable-piecewise-cuda-graph" in script for script in piecewise] == [False, True, False]

@@ -43,6 +43,7 @@ which spell every flag below the same way. Where each flag is listed:
 from __future__ import annotations
 
 from meshplan import __version__
+from meshplan.serving.versions import in_range, resolve_version
 from meshplan.errors import ConfigError
 from meshplan.export.serving._common import (
     DEFAULT_GPUS_PER_NODE, DRAFT_VARIABLE, FIRST_SIDE_PORT, LORA_VARIABLE, STOP_ALL, Flags, Instance, Raw,
@@ -116,6 +117,8 @@ def _knob_flags(plan: ServingPlan) -> tuple[Flags, list[str]]:
         flags.append(("--disable-radix-cache", None))
     if plan.enforce_eager:
         flags.append(("--disable-cuda-graph", None))
+        if _piecewise_flag_release(plan.engine_version):
+            flags.append(("--disable-piecewise-cuda-graph", None))
     if plan.enable_two_batch_overlap:
         flags.append(("--enable-two-batch-overlap", None))
     if plan.block_size is not None:
@@ -124,6 +127,14 @@ def _knob_flags(plan: ServingPlan) -> tuple[Flags, list[str]]:
         notes.append(f"# scheduler_policy={plan.scheduler_policy} is a TensorRT-LLM knob with no "
                      "SGLang flag.")
     return flags, notes
+
+
+def _piecewise_flag_release(version: str | None) -> bool:
+    """SGLang 0.5.10-0.5.14 keep their default piecewise prefill graphs under --disable-cuda-graph
+    (a separate --disable-piecewise-cuda-graph turns them off, server_args.py of the 0.5.10 wheel);
+    from 0.5.15 --disable-cuda-graph turns off both phases (cuda_graph_hook.py)."""
+    release = resolve_version("sglang", version).release
+    return release is not None and in_range(release, "0.5.10", "0.5.15")
 
 
 def _speculative_flags(plan: ServingPlan) -> Flags:
