@@ -94,3 +94,31 @@ def test_speculative_record_round_trips_through_validate(tmp_path):
     tpot = {r["id"]: r["predicted"] for r in data["records"] if r["metric"] == "tpot_ms_mean"}
     assert set(tpot) == {"spec1", "plain"}
     assert tpot["spec1"] < 0.6 * tpot["plain"]
+
+
+def test_tensorrt_llm_mtp_speedups_follow_from_the_published_accepted_lengths():
+    """Held-out source E of serving-engines-2025.yaml (TensorRT-LLM tech blog 1: DeepSeek-R1 on
+    eight B200s at concurrency 1, ISL 1k / OSL 2k) measured the same deployment without MTP and
+    with 1 to 5 MTP drafts at published accepted lengths 1.92-3.01. Whatever the error of the
+    step time itself, the speedup over no drafts must follow from the drafts' cost and the
+    accepted lengths: within 5% of the measured ratio for every draft count, the same tolerance
+    separating MTP 3 (the blog's best) from MTP 5."""
+    from meshplan.records import HELD_OUT
+    from meshplan.validate.records import load_records
+    from meshplan.validate.serving_records import predict_serving
+
+    records = {r.id: r for r in load_records(HELD_OUT / "serving-engines-2025.yaml")}
+    prefix = "trtllm-blog1-b200-dsr1-c1-"
+
+    def tpot(rid):
+        record = records[prefix + rid]
+        return record.measured.tpot_ms_mean, predict_serving(serving_case(record))["tpot_ms_mean"]
+
+    base_measured, base_predicted = tpot("without-mtp-ep4")
+    predicted = {}
+    for k in range(1, 6):
+        measured_k, predicted_k = tpot(f"mtp{k}-ep4")
+        assert records[f"{prefix}mtp{k}-ep4"].serving.speculative.tokens == k
+        predicted[k] = base_predicted / predicted_k
+        assert predicted[k] == pytest.approx(base_measured / measured_k, rel=0.05), k
+    assert predicted[3] > predicted[5] > predicted[1]
