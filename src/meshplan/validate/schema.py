@@ -154,7 +154,9 @@ class Speculative(BaseModel):
     """Draft tokens per step (TensorRT-LLM num_nextn_predict_layers, vLLM num_speculative_tokens,
     SGLang speculative_num_steps)."""
     acceptance_rate: float | None = Field(None, ge=0, lt=1)
+    """Probability a draft token is accepted once the drafts before it were (0 <= p < 1)."""
     accepted_length: float | None = Field(None, ge=1)
+    """Mean tokens one verification step emits, counting the target model's own (1 <= L < tokens + 1)."""
 
     @model_validator(mode="after")
     def _one_acceptance(self) -> "Speculative":
