@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from meshplan.serving.engine.scheduler import acceptance_for_length
 from meshplan.serving.traffic.empirical import LengthHistogram
 
 STRICT = ConfigDict(frozen=True, extra="forbid")
@@ -133,6 +134,52 @@ class Slo(BaseModel):
     percentile: float | None = Field(None, gt=0, le=100)
 
 
+class Speculative(BaseModel):
+    """Speculative decoding: a drafter proposes `tokens` tokens per step and the target model
+    verifies them in the same forward pass.
+
+    The acceptance is given as the source gives it, exactly one of: `acceptance_rate`, the
+    probability that a draft token is accepted once the drafts before it were; or
+    `accepted_length`, the mean tokens one verification step emits counting the target model's
+    own token (TensorRT-LLM's "acceptance rate" of MTP, SGLang's "accept length", 1.0 without
+    drafts). meshplan accepts each draft with one probability p until the first rejection, so a
+    step emits L = (1 - p^(k+1)) / (1 - p) tokens for k drafts; an accepted_length is turned into
+    the p that gives it (`probability`)."""
+
+    model_config = STRICT
+    method: Literal["mtp", "eagle"]
+    """mtp: the model's own multi-token-prediction module drafts (DeepSeek-V3/R1's nextn layer,
+    run autoregressively); eagle: a one-layer EAGLE head trained for the model."""
+    tokens: int = Field(ge=1, le=64)
+    """Draft tokens per step (TensorRT-LLM num_nextn_predict_layers, vLLM num_speculative_tokens,
+    SGLang speculative_num_steps)."""
+    acceptance_rate: float | None = Field(None, ge=0, lt=1)
+    """Probability a draft token is accepted once the drafts before it were (0 <= p < 1)."""
+    accepted_length: float | None = Field(None, ge=1)
+    """Mean tokens one verification step emits, counting the target model's own (1 <= L < tokens + 1)."""
+
+    @model_validator(mode="after")
+    def _one_acceptance(self) -> "Speculative":
+        if (self.acceptance_rate is None) == (self.accepted_length is None):
+            raise ValueError(
+                "give exactly one of acceptance_rate (the probability each draft token is accepted, "
+                "0 <= p < 1) or accepted_length (mean tokens per step counting the target's own, "
+                f"1 <= L < tokens + 1 = {self.tokens + 1})")
+        if self.accepted_length is not None and self.accepted_length >= self.tokens + 1:
+            raise ValueError(
+                f"accepted_length={self.accepted_length:g} with tokens={self.tokens}: a step emits at "
+                f"most tokens + 1 = {self.tokens + 1} (only if every draft is always accepted), so "
+                f"give a value below {self.tokens + 1}")
+        return self
+
+    @property
+    def probability(self) -> float:
+        """The per-draft acceptance probability the simulator uses."""
+        if self.acceptance_rate is not None:
+            return self.acceptance_rate
+        return acceptance_for_length(self.tokens, self.accepted_length)
+
+
 DType = Literal["bf16", "fp16", "fp8", "int8", "int4", "fp4"]
 
 
@@ -156,7 +203,8 @@ class Serving(BaseModel):
     chunked_prefill: bool | None = None
     prefix_caching: bool | None = None
     enable_two_batch_overlap: bool | None = None
-    speculative: Any = None
+    speculative: Speculative | None = None
+    """Speculative decoding, or null (off)."""
     workload: Workload
     slo: Slo | None = None
 

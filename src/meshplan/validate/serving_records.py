@@ -71,7 +71,16 @@ def _plan(record: Record, model: ModelSpec) -> ServingPlan:
                        kv_cache_dtype=_kv_dtype(s), max_num_seqs=s.max_num_seqs,
                        max_num_batched_tokens=budget, chunked_prefill=s.chunked_prefill,
                        prefix_caching=s.prefix_caching, disaggregated=dis,
-                       enable_two_batch_overlap=s.enable_two_batch_overlap)
+                       enable_two_batch_overlap=s.enable_two_batch_overlap, **_speculative(s))
+
+
+def _speculative(s) -> dict:
+    """The plan fields of the record's `speculative` block; none when it has none."""
+    spec = s.speculative
+    if spec is None:
+        return {}
+    return {"speculative_method": spec.method, "speculative_tokens": spec.tokens,
+            "acceptance_rate": spec.probability}
 
 
 def _workload(record: Record, seed: int) -> Workload:

@@ -45,3 +45,20 @@ def expected_tokens_per_step(k: int, acceptance: float) -> float:
     if k == 0:
         return 1.0
     return (1 - acceptance ** (k + 1)) / (1 - acceptance)
+
+
+def acceptance_for_length(k: int, length: float) -> float:
+    """The per-draft acceptance probability p whose mean tokens per step,
+    (1 - p^(k+1)) / (1 - p), equals `length` (a published mean accepted length that counts the
+    target model's own token); the inverse of `expected_tokens_per_step` on 1 <= length < k + 1,
+    found by bisection (the mean rises strictly with p)."""
+    if k < 1 or not 1 <= length < k + 1:
+        raise ValueError(f"an accepted length with {k} draft tokens lies in [1, {k + 1}); got {length}")
+    low, high = 0.0, 1.0
+    for _ in range(60):  # 2^-60: far below any published precision
+        mid = (low + high) / 2
+        if expected_tokens_per_step(k, mid) < length:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
