@@ -362,15 +362,21 @@ def test_missing_draft_model_stops_the_script(tmp_path: Path) -> None:
 
 
 UNEXPRESSIBLE = [
-    ("vllm", dict(tp=2, ep=4)),  # vLLM's EP size is tp x dp
     ("vllm", dict(block_size=48)),
     ("vllm", dict(kv_cache_dtype="fp16")),  # fp16 KV with bf16 activations
     ("vllm", dict(weights_dtype="fp16", kv_cache_dtype="bf16")),
     ("sglang", dict(kv_cache_dtype="fp16")),
-    ("sglang", dict(tp=2, dp=2, ep=3)),  # ep must divide tp x dp
     ("vllm", dict(disaggregated=Disaggregation(prefill_gpus=3, decode_gpus=4, prefill_tp=2))),
     ("sglang", dict(dp=2, disaggregated=SPLIT)),
 ]
+
+
+@pytest.mark.parametrize("fields", [dict(tp=2, ep=4), dict(tp=2, dp=2, ep=3)])
+def test_an_ep_that_does_not_divide_tp_x_dp_is_refused_by_the_plan(fields: dict) -> None:
+    """Before any exporter: ep must divide the tp x dp GPUs of a stage (vLLM's EP size is tp x dp;
+    SGLang and TensorRT-LLM split what is left over the experts' matrices)."""
+    with pytest.raises(ValueError, match="ep must divide"):
+        ServingPlan(**fields)
 
 
 @pytest.mark.parametrize(("target", "fields"), UNEXPRESSIBLE)

@@ -223,3 +223,23 @@ def test_the_comm_model_meets_rccl_all_reduce_on_8_mi300x():
     for size, time_us, _ in table["rows"]:
         if size >= 128 * 2**20:
             assert collective_time("all_reduce", size, group, cluster) * 1e6 == pytest.approx(time_us, rel=0.07), size
+
+
+def test_experts_split_over_what_ep_leaves_of_tp_x_dp():
+    """Expert tensor parallelism: with tp 8 and ep 2 each expert group's four GPUs split its
+    matrices (TensorRT-LLM's moe_tp x moe_ep = tp), so a GPU holds and reads 1/8 of the routed
+    expert bytes, as at ep 8: once every local expert is touched, a step reads the same bytes either
+    way, and the memory model divides the experts over all 8 GPUs. ep must divide tp x dp."""
+    from meshplan.serving.cost.memory import expert_shards
+    model = load_model("qwen3-235b-a22b")
+    mlp = model.layers[0].mlp
+    by_ep = {}
+    for ep in (2, 8):
+        plan = ServingPlan(engine="tensorrt-llm", weights_dtype="fp8", tp=8, ep=ep)
+        assert expert_shards(plan) == 8
+        cost = _cost("qwen3-235b-a22b", "b200-180gb", plan)
+        by_ep[ep] = cost._moe(mlp, 512) - cost._gemm(512, mlp.num_experts, model.hidden_size)
+    assert by_ep[2] == pytest.approx(by_ep[8], rel=0.35)
+    assert expert_shards(ServingPlan(tp=2, dp=4, ep=4)) == 8 and expert_shards(ServingPlan(tp=4)) == 4
+    with pytest.raises(ValueError, match="ep must divide 8"):
+        ServingPlan(tp=8, ep=3)

@@ -97,7 +97,10 @@ class ServingPlan(BaseModel):
     pp: int = Field(1, ge=1)
     """Pipeline-parallel stages per replica (vLLM --pipeline-parallel-size)."""
     ep: int = Field(1, ge=1)
-    """Expert-parallel size for MoE layers (experts divided over ep GPUs of the replica)."""
+    """Expert-parallel size for MoE layers: the experts are divided over ep of the tp x dp GPUs
+    of a pipeline stage, and each expert's matrices over the remaining tp x dp / ep (expert
+    tensor parallelism, as TensorRT-LLM's moe_tensor_parallel_size x moe_expert_parallel_size =
+    tp); ep must divide tp x dp."""
     dp: int = Field(1, ge=1)
     """Attention data parallelism inside one engine (each rank runs its own batch)."""
     replicas: int = Field(1, ge=1)
@@ -178,6 +181,12 @@ class ServingPlan(BaseModel):
                              "or kv_hit_rate (the share of each prompt found there)")
         if self.enable_two_batch_overlap:
             _check_two_batch_overlap(self)
+        stage = self.tp * self.dp
+        if self.disaggregated is None and self.ep > 1 and stage % self.ep:
+            valid = ", ".join(str(n) for n in range(1, stage + 1) if stage % n == 0)
+            raise ValueError(f"ep={self.ep}: the experts are divided over the tp x dp = {stage} GPUs of a "
+                             f"pipeline stage, so ep must divide {stage} (valid: {valid}); what is left "
+                             "of tp x dp splits each expert's matrices (expert tensor parallelism)")
         if self.kv_cache_dtype in ("int4", "int2") and not self.what_if:
             raise ValueError(
                 f"kv_cache_dtype={self.kv_cache_dtype!r}: {self.engine} has no {self.kv_cache_dtype} KV cache "

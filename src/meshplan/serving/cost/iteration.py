@@ -308,8 +308,8 @@ class IterationCost:
         time = self._gemm(t, mlp.num_experts, h, group="router")
         if mlp.shared is not None:
             time += self._mlp(mlp.shared, t, p.tp) + self._activation(mlp.shared, t, p.tp)
-        if p.ep > 1:
-            local, split, arriving = mlp.num_experts / p.ep, 1, t * p.dp
+        if p.ep > 1:  # the tp x dp / ep GPUs of an expert group split its matrices (expert TP)
+            local, split, arriving = mlp.num_experts / p.ep, max(1, p.tp * p.dp // p.ep), t * p.dp
         else:
             local, split, arriving = mlp.num_experts, p.tp, t
         routed = arriving * mlp.top_k * local / mlp.num_experts * ep_imbalance(arriving * mlp.top_k, p.ep)

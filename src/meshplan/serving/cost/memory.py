@@ -37,8 +37,10 @@ def kv_dtype(plan: ServingPlan) -> str:
 
 
 def expert_shards(plan: ServingPlan) -> int:
-    """GPUs the routed experts are divided over (EP, or TP-sharded experts)."""
-    return max(plan.ep, plan.tp)
+    """GPUs the routed experts are divided over: with ep > 1 every GPU of a pipeline stage holds
+    1/(tp x dp) of them (ep groups of experts, each split tp x dp / ep ways); without, TP shards
+    each expert and DP replicas hold their own copy."""
+    return max(plan.ep, plan.tp * plan.dp) if plan.ep > 1 else plan.tp
 
 
 def stage_layers(model: ModelSpec, pp: int) -> tuple[LayerSpec, ...]:
