@@ -13,6 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from meshplan.cli.app import app
+from meshplan.errors import ConfigError
+from meshplan.serving.traffic import lengths
 from meshplan.serving.traffic.lengths import dataset_table, sample_lengths
 from meshplan.serving.traffic.workload import WorkloadSpec, synthesize
 from meshplan.ui.schemas import ServePlanRequest
@@ -70,6 +72,14 @@ def test_vllm_sampler_keeps_its_length_filter_whatever_max_len():
     ins, outs = _draw("sharegpt_vllm", 50_000, max_len=1000)
     assert (ins + outs).max() <= 1000
     assert dataset_table("sharegpt_vllm").max_total == 2048
+
+
+def test_a_table_bound_below_its_shortest_pair_is_refused():
+    table = dataset_table("sharegpt_vllm")
+    bad = type(table)(probs=table.probs, input_quantiles=table.input_quantiles,
+                      output_quantiles=table.output_quantiles, spearman=table.spearman, max_total=7)
+    with pytest.raises(ConfigError, match="max_total_tokens must be a whole number >= 8"):
+        lengths._check_table(bad, "x_lengths.yaml")
 
 
 def test_sglang_sampler_has_no_length_bound_unless_given():
