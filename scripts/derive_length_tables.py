@@ -329,7 +329,7 @@ ShareGPT as SGLang's `python -m sglang.bench_serving --dataset-name sharegpt` (i
 dataset) samples it (sample_sharegpt_requests, {SGLANG_FILE}): conversations with two or more
 turns, shuffled with --seed (default 1), the first human turn as the prompt and the first
 answer's token count as the output; pairs kept with prompt and answer >= 2 tokens, and no length
-bound unless --sharegpt-context-len (then prompt + answer <= it: give it as max_len). The sglang
+bound unless --sharegpt-context-len (then prompt + answer <= it: WorkloadSpec.max_len). The sglang
 backend sends ignore_eos unless --disable-ignore-eos, so each request generates exactly the
 answer's length.
 
