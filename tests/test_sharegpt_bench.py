@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -136,6 +137,8 @@ def test_record_writes_a_benchmark_sharegpt_as_its_tools_sampler(tmp_path):
     assert result.exit_code == 0, result.output
     (record,) = records(out)
     assert "recorded as sharegpt_sglang" in record["notes"]
+    assert re.search(r"sent 512 prompt and received 256 output tokens per request; the sharegpt_sglang "
+                     r"table's means are 29\d and 19\d", record["notes"])
     workload = record["serving"]["workload"]
     assert workload["dataset"] == "sharegpt_sglang" and "input_len" not in workload
     command = "vllm bench serve --dataset-name sharegpt --num-prompts 200 --max-concurrency 16"

@@ -26,8 +26,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from meshplan.errors import ConfigError
-from meshplan.serving.traffic.lengths import NAMED_TABLES
+from meshplan.serving.traffic.lengths import NAMED_TABLES, sample_lengths
 from meshplan.validate.bench_checks import check_sources
 from meshplan.validate.bench_results import BenchResult
 
@@ -171,11 +173,23 @@ def _from_totals(facts: dict, result: BenchResult, remarks: list[str]) -> None:
         facts["num_requests"] = int(done)
         remarks.append(f"num_requests {int(done)}: the result's completed count")
     if facts.get("dataset") in NAMED_TABLES:
+        _table_remark(facts["dataset"], result, done, remarks)
         return
     for key, total in (("input_len", "total_input_tokens"), ("output_len", "total_output_tokens")):
         if key not in facts and result.totals.get(total):
             facts[key] = max(1, round(result.totals[total] / done))
             remarks.append(f"{key} {facts[key]}: mean from the result ({total} / completed)")
+
+
+def _table_remark(name: str, result: BenchResult, done: float, remarks: list[str]) -> None:
+    """The run's own tokens per request beside the table's means: a run of a few requests is a
+    small draw the table does not reproduce (its notes should say so)."""
+    ins, outs = result.totals.get("total_input_tokens"), result.totals.get("total_output_tokens")
+    if not ins or not outs:
+        return
+    table_in, table_out = sample_lengths(name, 200_000, np.random.default_rng(0), max_len=None)
+    remarks.append(f"the run sent {ins / done:,.0f} prompt and received {outs / done:,.0f} output tokens per "
+                   f"request; the {name} table's means are {table_in.mean():,.0f} and {table_out.mean():,.0f}")
 
 
 ORDER = ("mode", "dataset", "input_len", "output_len", "range_ratio", "num_requests", "request_rate",
