@@ -218,6 +218,13 @@ def test_job_events_stream_progress_then_end(client):
     assert [s["title"] for s in result["report"]["sections"]][0] == "Latency CDFs"
 
 
+def test_a_simulation_takes_a_benchmark_sampler_dataset(client):
+    job = client.post("/api/serve/simulate", json={"model": "llama-3.2-1b", "gpu": H100, "workload": {
+        "num_requests": 200, "dataset": "sharegpt_sglang", "arrival": "concurrency", "concurrency": 16}}).json()
+    metrics = wait(client, job)["result"]["metrics"]
+    assert metrics["completed"] == 200 and metrics["total_input_tokens"] / 200 > 230  # the paper's: 161
+
+
 def test_a_running_job_can_be_cancelled(client):
     body = {"model": "llama-3.1-8b", "gpus": [H100, "a100-sxm-80gb"], "request_rate": 20,
             "slo_ttft_ms": 1000, "num_requests": 3000}

@@ -220,8 +220,8 @@ class ServePlanRequest(SLOFields):
     """USD per GPU-hour by GPU name."""
     engine: Name = "vllm"
     """Engine whose scheduler and defaults are modeled (GET /api/engines)."""
-    dataset: Literal["fixed", "random", "sharegpt", "normal", "lognormal", "openorca", "cnn_dailymail",
-                     "longbench"] = "sharegpt"
+    dataset: Literal["fixed", "random", "sharegpt", "sharegpt_vllm", "sharegpt_sglang", "normal", "lognormal",
+                     "openorca", "cnn_dailymail", "longbench"] = "sharegpt"
     """Length distribution of requests."""
     input_len: int | None = Field(None, ge=1)
     """Prompt tokens (fixed, random centre or mean)."""

@@ -10,6 +10,10 @@ python/sglang/bench_serving.py, the commits named in meshplan.validate.bench_res
 lengths. argparse accepts unambiguous prefixes (`--random-input`), `--flag=value` and, in vLLM,
 underscores; so does this reader.
 
+ShareGPT: each tool samples it its own way (vLLM keeps prompts of 4..1024 tokens and pairs up to
+2048; SGLang keeps everything of 2 tokens or more), so a benchmark's `sharegpt` is recorded as
+`sharegpt_vllm` or `sharegpt_sglang`, the packaged table of that tool's sampler.
+
 Random lengths: vLLM draws uniformly in [L(1-r), L(1+r)], the schema's convention; SGLang draws in
 [max(1, int(L r)), L] (input) and [int(O r), O] (output), recorded as the same interval's centre
 and relative half-width.
@@ -22,7 +26,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from meshplan.errors import ConfigError
+from meshplan.serving.traffic.lengths import NAMED_TABLES, sample_lengths
 from meshplan.validate.bench_checks import check_sources
 from meshplan.validate.bench_results import BenchResult
 
@@ -37,8 +44,8 @@ FLAGS = {
 }
 """Benchmark flag -> (run-fact name, type), per tool."""
 
-DATASETS = {"random": "random", "random-ids": "random", "sharegpt": "sharegpt"}
-"""Benchmark dataset names the schema can state."""
+DATASETS = {"random": "random", "random-ids": "random", "sharegpt": "sharegpt_{tool}"}
+"""Benchmark dataset names the schema can state ({tool}: vllm or sglang, whose samplers differ)."""
 
 KINDS = {int: "an integer", float: "a number", str: "text"}
 
@@ -145,6 +152,10 @@ def workload_facts(tool: str, raw: dict[str, Any], remarks: list[str]) -> dict[s
     dataset = DATASETS.get(name) if isinstance(name, str) else None
     if name is not None and dataset is None:
         remarks.append(f"dataset {name!r} is neither random nor sharegpt: recorded without a dataset")
+    if dataset is not None and "{tool}" in dataset:
+        dataset = dataset.format(tool=tool)
+        remarks.append(f"dataset sharegpt recorded as {dataset}: ShareGPT as {tool}'s benchmark samples it "
+                       f"(its length filters and measured means), not the vLLM paper's table")
     facts = {"dataset": dataset, "num_requests": raw.get("num_prompts"),
              "request_rate": _rate(raw.get("request_rate")), "burstiness": raw.get("burstiness"),
              "concurrency": raw.get("max_concurrency")}
@@ -161,12 +172,24 @@ def _from_totals(facts: dict, result: BenchResult, remarks: list[str]) -> None:
     if "num_requests" not in facts:
         facts["num_requests"] = int(done)
         remarks.append(f"num_requests {int(done)}: the result's completed count")
-    if facts.get("dataset") == "sharegpt":
+    if facts.get("dataset") in NAMED_TABLES:
+        _table_remark(facts["dataset"], result, done, remarks)
         return
     for key, total in (("input_len", "total_input_tokens"), ("output_len", "total_output_tokens")):
         if key not in facts and result.totals.get(total):
             facts[key] = max(1, round(result.totals[total] / done))
             remarks.append(f"{key} {facts[key]}: mean from the result ({total} / completed)")
+
+
+def _table_remark(name: str, result: BenchResult, done: float, remarks: list[str]) -> None:
+    """The run's own tokens per request beside the table's means: a run of a few requests is a
+    small draw the table does not reproduce (its notes should say so)."""
+    ins, outs = result.totals.get("total_input_tokens"), result.totals.get("total_output_tokens")
+    if not ins or not outs:
+        return
+    table_in, table_out = sample_lengths(name, 200_000, np.random.default_rng(0), max_len=None)
+    remarks.append(f"the run sent {ins / done:,.0f} prompt and received {outs / done:,.0f} output tokens per "
+                   f"request; the {name} table's means are {table_in.mean():,.0f} and {table_out.mean():,.0f}")
 
 
 ORDER = ("mode", "dataset", "input_len", "output_len", "range_ratio", "num_requests", "request_rate",
@@ -207,7 +230,7 @@ def bench_workload(result: BenchResult, command: str | None, explicit: dict[str,
     facts.update(explicit)
     if facts.get("dataset") != "random":
         facts.pop("range_ratio", None)
-    if facts.get("dataset") == "sharegpt":  # lengths come from its table unless given
+    if facts.get("dataset") in NAMED_TABLES:  # lengths come from its table unless given
         for key in {"input_len", "output_len"} - set(explicit):
             facts.pop(key, None)
     _from_totals(facts, result, remarks)

@@ -71,7 +71,8 @@ class Workload(BaseModel):
     mode: Literal["offline", "poisson", "gamma", "concurrency"]
     input_len: int | None = Field(None, ge=1)
     output_len: int | None = Field(None, ge=1)
-    dataset: Literal["sharegpt", "random", "openorca", "cnn_dailymail", "longbench", "histogram"] | None = None
+    dataset: Literal["sharegpt", "sharegpt_vllm", "sharegpt_sglang", "random", "openorca", "cnn_dailymail",
+                     "longbench", "histogram"] | None = None
     """Length distribution: random (with range_ratio), a named dataset's packaged table, or
     histogram (the `histogram` field)."""
     histogram: LengthHistogram | None = None

@@ -101,7 +101,8 @@ def serving(
                                        "and result where they say; not given: as run)."),
     concurrency: int = typer.Option(None, help="Closed-loop clients, --max-concurrency (must agree "
                                     "with the command and result where they say)."),
-    dataset: str = typer.Option(None, help="random or sharegpt (overrides)."),
+    dataset: str = typer.Option(None, help="random, sharegpt_vllm, sharegpt_sglang or another named table "
+                                "(overrides; a benchmark's sharegpt is recorded as its tool's sampler)."),
     notes: str = NOTES,
 ) -> None:
     """Append one measured serving benchmark to a run-record file (measured: its result file).

@@ -186,7 +186,8 @@ def simulate_cmd(
     pool: str = typer.Option("both", help="both, or one pool of a disaggregated deployment alone: prefill "
                              "(requests end with their first token) or decode (prompts' KV already present)."),
     dataset: str = typer.Option(None, help="Lengths: fixed, random (default), normal, lognormal; a public dataset's "
-                                "packaged table: sharegpt, openorca, cnn_dailymail, longbench; file or histogram "
+                                "packaged table: sharegpt, sharegpt_vllm, sharegpt_sglang (ShareGPT as vllm bench serve / "
+                                "SGLang bench_serving sample it), openorca, cnn_dailymail, longbench; file or histogram "
                                 "(from --lengths-file)."),
     lengths_file: Path = typer.Option(None, "--lengths-file", help="Your own lengths: a CSV/JSONL file of (prompt, "
                                       "output) token counts, resampled, or a YAML histogram {input: {edges, counts}, "

@@ -81,7 +81,8 @@ def plan_cmd(
     slo_e2e_ms: float = typer.Option(None, help="End-to-end latency objective, ms."),
     slo_percentile: float = typer.Option(90.0, help="Percentile of requests the objectives apply to."),
     dataset: str = typer.Option(None, help="Lengths: fixed, random, normal, lognormal; a public dataset's packaged "
-                                "table: sharegpt (default), openorca, cnn_dailymail, longbench; file or histogram "
+                                "table: sharegpt (default), sharegpt_vllm, sharegpt_sglang (ShareGPT as vllm bench serve / "
+                                "SGLang bench_serving sample it), openorca, cnn_dailymail, longbench; file or histogram "
                                 "(from --lengths-file)."),
     lengths_file: Path = typer.Option(None, "--lengths-file", help="Your own lengths: a CSV/JSONL file of (prompt, "
                                       "output) token counts, or a YAML histogram; implies --dataset file or histogram."),

@@ -2,9 +2,9 @@
 
 Each distribution is built once and then draws `(n, rng) -> np.ndarray` of ints >= 1;
 `sample_lengths` picks one by the name a `WorkloadSpec` uses and returns (inputs, outputs).
-Named public datasets (sharegpt, openorca, cnn_dailymail, longbench) are packaged quantile
-tables (serving/data/NAME_lengths.yaml, each citing its sources); a user's own lengths file or
-histogram is read by meshplan.serving.traffic.empirical.
+Named public datasets (sharegpt, sharegpt_vllm, sharegpt_sglang, openorca, cnn_dailymail,
+longbench) are packaged quantile tables (serving/data/NAME_lengths.yaml, each citing its
+sources); a user's own lengths file or histogram is read by meshplan.serving.traffic.empirical.
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ from scipy import stats
 
 from meshplan.errors import ConfigError
 
-LengthKind = Literal["fixed", "random", "sharegpt", "normal", "lognormal", "openorca", "cnn_dailymail",
-                     "longbench", "file", "histogram"]
-NAMED_TABLES: tuple[str, ...] = ("sharegpt", "openorca", "cnn_dailymail", "longbench")
-"""Public datasets with a packaged length table (serving/data/NAME_lengths.yaml)."""
-LENGTH_KINDS: tuple[str, ...] = ("fixed", "random", "sharegpt", "normal", "lognormal", "openorca",
-                                 "cnn_dailymail", "longbench", "file", "histogram")
+LengthKind = Literal["fixed", "random", "sharegpt", "sharegpt_vllm", "sharegpt_sglang", "normal", "lognormal",
+                     "openorca", "cnn_dailymail", "longbench", "file", "histogram"]
+NAMED_TABLES: tuple[str, ...] = ("sharegpt", "sharegpt_vllm", "sharegpt_sglang", "openorca", "cnn_dailymail",
+                                 "longbench")
+"""Public datasets with a packaged length table (serving/data/NAME_lengths.yaml): sharegpt is the
+vLLM paper's ShareGPT; sharegpt_vllm and sharegpt_sglang are ShareGPT as `vllm bench serve` and
+SGLang's `bench_serving` sample it (their length filters, measured means)."""
+LENGTH_KINDS: tuple[str, ...] = ("fixed", "random", "sharegpt", "sharegpt_vllm", "sharegpt_sglang", "normal",
+                                 "lognormal", "openorca", "cnn_dailymail", "longbench", "file", "histogram")
 Sampler = Callable[[int, np.random.Generator], np.ndarray]
 
 _EPS = 1e-9  # float slack so 100 * (1 + 0.1) rounds to 110, not 111
@@ -83,6 +86,9 @@ class EmpiricalLengths:
     """Output tokens at each probability."""
     spearman: float
     """Spearman rank correlation between prompt and output length."""
+    max_total: int | None = None
+    """The dataset sampler's own bound on prompt + output (vLLM's ShareGPT sampler: 2048);
+    longer pairs are always redrawn. None: only a given max_len bounds them."""
 
     @property
     def implied_input_mean(self) -> float:
@@ -123,6 +129,7 @@ def dataset_table(name: str) -> EmpiricalLengths:
         input_quantiles=np.array(data["input_tokens"]["quantiles"]["values"], dtype=float),
         output_quantiles=np.array(data["output_tokens"]["quantiles"]["values"], dtype=float),
         spearman=float(data["spearman"]["value"]),
+        max_total=data.get("max_total_tokens", {}).get("value"),
     )
     _check_table(table, origin)
     return table
@@ -143,6 +150,10 @@ def _check_table(table: EmpiricalLengths, origin: str) -> None:
                               f"non-decreasing values >= 1, got {values.tolist()}")
     if not -1 < table.spearman < 1:
         raise ConfigError(f"{origin}: spearman must lie in (-1, 1), got {table.spearman}")
+    floor = table.input_quantiles[0] + table.output_quantiles[0]
+    if table.max_total is not None and (not isinstance(table.max_total, int) or table.max_total < floor):
+        raise ConfigError(f"{origin}: max_total_tokens must be a whole number >= {floor:g} (the shortest "
+                          f"pair), got {table.max_total!r}")
 
 
 Pairs = Callable[[int, np.random.Generator], tuple[np.ndarray, np.ndarray]]
@@ -154,9 +165,12 @@ def sharegpt(max_len: int = 4096) -> Pairs:
 
 
 def named(name: str, max_len: int | None) -> Pairs:
-    """Pairs of a named dataset's table; with max_len, longer pairs are redrawn (vLLM's filter)."""
+    """Pairs of a named dataset's table; pairs longer than max_len or than the table's own
+    max_total (the smaller, where both are set) are redrawn (vLLM's filter)."""
     table = dataset_table(name)
-    return pair_limited(table.draw, max_len, int(table.input_quantiles[0] + table.output_quantiles[0]), name)
+    bounds = [b for b in (max_len, table.max_total) if b is not None]
+    bound = min(bounds) if bounds else None
+    return pair_limited(table.draw, bound, int(table.input_quantiles[0] + table.output_quantiles[0]), name)
 
 
 def pair_limited(draw: Pairs, max_len: int | None, floor: int, name: str) -> Pairs:

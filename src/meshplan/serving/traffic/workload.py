@@ -22,8 +22,8 @@ from meshplan.serving.traffic.lengths import NAMED_TABLES, sample_lengths
 from meshplan.serving.traffic.request import Request
 
 Arrival = Literal["offline", "poisson", "gamma", "concurrency"]
-Dataset = Literal["fixed", "random", "sharegpt", "normal", "lognormal", "openorca", "cnn_dailymail",
-                  "longbench", "file", "histogram"]
+Dataset = Literal["fixed", "random", "sharegpt", "sharegpt_vllm", "sharegpt_sglang", "normal", "lognormal",
+                  "openorca", "cnn_dailymail", "longbench", "file", "histogram"]
 TABLE_KINDS = (*NAMED_TABLES, "file", "histogram")
 """Datasets whose lengths come from data (a packaged table, a file, a histogram), not from
 input_len/output_len."""
@@ -65,8 +65,9 @@ class WorkloadSpec(BaseModel):
     (`stream_workload`)."""
     dataset: Dataset = "random"
     """Length distribution: fixed, random (vLLM's uniform range), normal, lognormal; a named
-    public dataset's packaged table (sharegpt, openorca, cnn_dailymail, longbench:
-    serving/data/NAME_lengths.yaml); file (resample the rows of `lengths_file`, CSV or JSONL);
+    public dataset's packaged table (sharegpt: the vLLM paper's ShareGPT; sharegpt_vllm and
+    sharegpt_sglang: ShareGPT as `vllm bench serve` and SGLang's bench_serving sample it; openorca,
+    cnn_dailymail, longbench: serving/data/NAME_lengths.yaml); file (resample the rows of `lengths_file`, CSV or JSONL);
     histogram (`histogram`, or a YAML `lengths_file`)."""
     input_len: int = Field(1024, ge=1, le=MAX_TOKENS)
     """Prompt tokens of each request's own text (after any shared prefix): the fixed value,
@@ -81,8 +82,8 @@ class WorkloadSpec(BaseModel):
     """Standard deviation of output lengths (normal, lognormal), tokens."""
     max_len: int = Field(4096, ge=2, le=MAX_TOKENS)
     """sharegpt (default 4096), the other named tables, file and histogram (unbounded unless
-    given): longest prompt + output (longer pairs are redrawn); normal/lognormal: longest
-    single length (clipped)."""
+    given; sharegpt_vllm always at most vLLM's 2048): longest prompt + output (longer pairs are
+    redrawn); normal/lognormal: longest single length (clipped)."""
     lengths_file: str | None = None
     """dataset=file: a CSV or JSONL file of (prompt tokens, output tokens) rows;
     dataset=histogram: a YAML file {input: {edges, counts}, output: {edges, counts}}."""
