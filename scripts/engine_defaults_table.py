@@ -41,9 +41,13 @@ def _when(when: dict) -> str:
 
 
 def _plain(value) -> str:
-    """A rule's value; SGLang's prefill-graph sizes are a small mapping."""
+    """A rule's value; SGLang's prefill-graph sizes and memory reserves are small mappings."""
     if not isinstance(value, dict):
         return str(value)
+    if "reserve_gib" in value:
+        per = value.get("per_tp_pp_gib")
+        reserve = f"({value['reserve_gib']} + {per}*tp*pp)" if per else str(value["reserve_gib"])
+        return f"(mem - {reserve} GiB) / mem"
     off = "/".join(value.get("off_with", ()))
     return f"{value['tokens']} (MLA: at most {value['mla_cap']})" + (f", off with {off}" if off else "")
 

@@ -26,5 +26,7 @@ def test_page_block_matches_the_yaml():
 def test_every_release_range_of_a_shown_knob_is_a_row():
     table = _script().render()
     assert "| vllm | `max_num_batched_tokens` | < 0.9 |" in table
-    assert "| sglang | `chunked_prefill_size` | 0.4 to <0.5 |" in table
+    assert "| sglang | `chunked_prefill_size` | 0.4 to <0.4.7 |" in table  # release numbers of the wheels
+    assert "| sglang | `chunked_prefill_size` | 0.5.3 to <0.5.20 |" in table
+    assert "| sglang | `schedule_policy` | 0.4 to <0.4.3.post3 | lpm |" in table
     assert "| tensorrt-llm | `block_size` | cpp: all | 64 |" in table

@@ -17,6 +17,7 @@ from importlib import resources
 from meshplan.yamlread import load_packaged
 
 _NUMBER = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)*)(?![\d])")
+_POST = re.compile(r"[.-]?post(\d+)")
 """A release number that does not sit inside a word (skips 'b6261862', 'H100', 'TensorRT 9.1'
 is handled by taking the first number only)."""
 _CPP = ("cpp", "c++", "tensorrt engine", "trt engine", "tensorrt backend", "backend tensorrt")
@@ -37,10 +38,14 @@ class EngineVersion:
     """The string as given."""
     note: str | None = None
     """One sentence for the user when the version could not be read, naming what was chosen."""
+    post: int = 0
+    """Post-release number ("0.4.6.post2" -> 2): SGLang changed defaults in post releases."""
 
     def label(self) -> str:
-        """"1.1.0" or "latest" (for messages)."""
-        return ".".join(map(str, self.release)) if self.release else "latest"
+        """"1.1.0", "0.4.6.post2" or "latest" (for messages)."""
+        if not self.release:
+            return "latest"
+        return ".".join(map(str, self.release)) + (f".post{self.post}" if self.post else "")
 
 
 def parse_release(text: str | None) -> tuple[int, ...] | None:
@@ -49,6 +54,13 @@ def parse_release(text: str | None) -> tuple[int, ...] | None:
         return None
     m = _NUMBER.search(text.strip().lower())
     return tuple(int(p) for p in m.group(1).split(".")) if m else None
+
+
+def parse_post(text: str | None) -> int:
+    """The post-release number right after the release number in `text` ("0.5.4.post1" -> 1), or 0."""
+    m = _NUMBER.search((text or "").strip().lower())
+    post = _POST.match(text.strip().lower(), m.end()) if m else None
+    return int(post.group(1)) if post else 0
 
 
 def _backend(engine: str, text: str, release: tuple[int, ...] | None) -> str | None:
@@ -72,21 +84,25 @@ def parse_version(engine: str, text: str | None, latest: str) -> EngineVersion:
         latest = "TensorRT-LLM C++ runtime (TensorRT engines)"
     if release is None and text and text.strip():  # not stating a version means today's defaults
         note = f"engine version {text.strip()!r} names no release: using the latest documented {latest} defaults"
-    return EngineVersion(release=release, backend=backend, text=text, note=note)
+    return EngineVersion(release=release, backend=backend, text=text, note=note, post=parse_post(text))
 
 
-def in_range(release: tuple[int, ...] | None, since: str | None, before: str | None) -> bool:
-    """Whether `release` lies in [since, before); an unknown release (None) is the latest, so it
-    matches only open-ended ranges."""
+def in_range(release: tuple[int, ...] | None, since: str | None, before: str | None, post: int = 0) -> bool:
+    """Whether `release` (post release `post`) lies in [since, before); the bounds may name post
+    releases ("0.4.6.post2"). An unknown release (None) is the latest, so it matches only
+    open-ended ranges."""
     if release is None:
         return before is None
-    lo, hi = parse_release(since) if since else None, parse_release(before) if before else None
-    return (lo is None or _cmp(release, lo) >= 0) and (hi is None or _cmp(release, hi) < 0)
+    here = (release, post)
+    lo = (parse_release(since), parse_post(since)) if since else None
+    hi = (parse_release(before), parse_post(before)) if before else None
+    return (lo is None or _cmp(here, lo) >= 0) and (hi is None or _cmp(here, hi) < 0)
 
 
-def _cmp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    n = max(len(a), len(b))
-    a, b = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
+def _cmp(a: tuple[tuple[int, ...], int], b: tuple[tuple[int, ...], int]) -> int:
+    """Order two (release, post) pairs; a missing trailing release part counts as 0."""
+    n = max(len(a[0]), len(b[0]))
+    a, b = (a[0] + (0,) * (n - len(a[0])), a[1]), (b[0] + (0,) * (n - len(b[0])), b[1])
     return (a > b) - (a < b)
 
 

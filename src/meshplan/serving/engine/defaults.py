@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass, replace
 from importlib import resources
 
@@ -109,7 +110,7 @@ def _variant(entry: dict, ctx: dict) -> dict:
     if "versions" not in entry:
         return entry
     for v in entry["versions"]:
-        if (in_range(ctx.get("release"), v.get("since"), v.get("before"))
+        if (in_range(ctx.get("release"), v.get("since"), v.get("before"), ctx.get("post", 0))
                 and v.get("backend", ctx.get("backend")) == ctx.get("backend")):
             return v
     raise ValueError(f"no version entry matches release {ctx.get('release')} in {entry}")
@@ -133,14 +134,21 @@ def sglang_max_running_requests(kv_tokens: int, context_len: int) -> int:
 
 
 def sglang_mem_fraction_static(gpu_memory_bytes: int, chunked_prefill_size: int, cuda_graph_max_bs: int,
-                               tp: int = 1, pp: int = 1, version: str | None = None) -> float:
+                               tp: int = 1, pp: int = 1, version: str | None = None, gpu_name: str = "") -> float:
     """SGLang's default mem_fraction_static (dense model on CUDA, prefill graphs on): by TP
-    alone in the 0.4 series, from the GPU's memory and the graph and chunk sizes since."""
+    and memory band up to 0.5.2 (a fraction, or a reserve in GiB by band), from the GPU's memory
+    and the graph and chunk sizes since 0.5.3."""
     v = resolve_version("sglang", version)
-    k = _variant(knobs("sglang")["mem_fraction_static"], {"release": v.release, "backend": None})
-    if "rules" in k:
-        return _pick(k, {"offline": False, "gib": gpu_memory_bytes / _GIB, "tp": tp * pp, "name": ""})
+    ctx = {"offline": False, "gib": gpu_memory_bytes / _GIB, "tp": tp * pp, "name": gpu_name.lower(),
+           "release": v.release, "post": v.post, "backend": None}
+    k = _variant(knobs("sglang")["mem_fraction_static"], ctx)
     gpu_mb = gpu_memory_bytes / 2**20
+    if "rules" in k:
+        picked = _pick(k, ctx)
+        if not isinstance(picked, dict):
+            return picked
+        reserved = (picked["reserve_gib"] + picked.get("per_tp_pp_gib", 0) * tp * pp) * 1024
+        return round((gpu_mb - reserved) / gpu_mb, 3)
     reserved = (k["base_mb"] + max(chunked_prefill_size, k["min_chunk_tokens"]) * k["per_chunk_token_mb"]
                 + tp * pp * k["per_tp_pp_mb"] + cuda_graph_max_bs * k["per_graph_bs_mb"]
                 + k["prefill_graph_mb_per_size"] * len(_prefill_graph_sizes(chunked_prefill_size)))
@@ -200,7 +208,7 @@ def engine_defaults(engine: str, gpu_memory_bytes: int, *, tp: int = 1, pp: int 
     k = knobs(key)
     v = resolve_version(key, version)
     ctx = {"offline": offline, "gib": gpu_memory_bytes / _GIB, "tp": tp, "name": gpu_name.lower(),
-           "release": v.release, "backend": v.backend}
+           "release": v.release, "post": v.post, "backend": v.backend}
     if key == "vllm":
         d = _vllm(k, ctx)
     elif key == "sglang":
@@ -215,6 +223,13 @@ def engine_defaults(engine: str, gpu_memory_bytes: int, *, tp: int = 1, pp: int 
 def _above_tokens(entry: dict) -> tuple[int, int]:
     above = entry.get("above_tokens", {})
     return above.get("decode", 1), above.get("prefill", 1)
+
+
+def _at(source: dict) -> str:
+    """Where a knob was read: a commit shortened to 8 hex digits, or the release text as written
+    ("0.5.3, 0.5.6.post2 (PyPI wheels)")."""
+    at = str(source["version_or_commit"])
+    return at[:8] if re.fullmatch(r"[0-9a-f]{40}", at) else at
 
 
 def _vllm(k: dict, ctx: dict) -> EngineDefaults:
@@ -240,11 +255,12 @@ def _sglang(k: dict, ctx: dict, gpu_memory_bytes: int, tp: int, kv_tokens: int |
     src = _variant(k["chunked_prefill_size"], ctx)["source"]
     return EngineDefaults(
         engine="sglang", max_num_seqs=seqs, max_num_batched_tokens=min(chunk, _pick(k["max_prefill_tokens"], ctx)),
-        gpu_memory_utilization=sglang_mem_fraction_static(gpu_memory_bytes, chunk, graph, tp, version=version),
+        gpu_memory_utilization=sglang_mem_fraction_static(gpu_memory_bytes, chunk, graph, tp, version=version,
+                                                          gpu_name=ctx["name"]),
         block_size=_pick(k["page_size"], ctx), chunked_prefill=_pick(k["chunked_prefill"], ctx),
         prefix_caching=_pick(k["radix_cache"], ctx), scheduler_policy=_pick(k["schedule_policy"], ctx),
         cuda_graph_max_batch=graph, **_prefill_graphs(_pick(k["prefill_cuda_graph_max_tokens"], ctx), chunk),
-        source_note=f"SGLang memory defaults ({src['path']} @{str(src['version_or_commit'])[:8]}); "
+        source_note=f"SGLang memory defaults ({src['path']} @{_at(src)}); "
                     + ("max_running_requests from the KV pool" if known
                        else "max_running_requests = request-pool floor 2048 (KV pool unknown)"))
 
