@@ -27,10 +27,10 @@ from typing import Callable
 import yaml
 
 DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "fp4")
-TRT_ENGINE = "TensorRT-LLM C++ executor (TensorRT engines)"
+TRT_ENGINE = "TensorRT-LLM 1.0 (1.0-mlpinf branch), C++ executor with TensorRT engines"
 """engine_version of NVIDIA-harness records: DEFAULT_CORE_TYPE = TRTLLM_EXECUTOR for Llama 2 70B and
-Llama 3.1 405B (code/<model>/tensorrt/__init__.py); Makefile.build pins TensorRT-LLM
-18c0333e96ea7a2c37caded8a310d05c5f095e88 (no release number: meshplan's C++-runtime defaults)."""
+Llama 3.1 405B (code/<model>/tensorrt/__init__.py); closed/NVIDIA/Makefile.build pins TensorRT-LLM
+18c0333e96ea7a2c37caded8a310d05c5f095e88, "7/24/25 1.0-mlpinf side branch"."""
 TRT_POLICY = {"max_util": "max-utilization", "no_evict": "guaranteed-no-evict"}
 HARNESS_DEFAULTS = {"batch_scheduler_policy": "max_util", "kvcache_free_gpu_mem_frac": 0.80,
                     "enable_chunked_context": False}

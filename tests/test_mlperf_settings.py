@@ -76,7 +76,7 @@ def test_nvidia_harness_config_by_accuracy_target_with_harness_defaults():
     # runtime max_batch_size wins over gpu_batch_size; the harness's defaults fill the rest
     assert s999.knobs["max_num_seqs"] == 256 and s999.knobs["scheduler_policy"] == "guaranteed-no-evict"
     assert s999.knobs["gpu_memory_utilization"] == 0.8 and s999.knobs["chunked_prefill"] is False
-    assert s999.engine_version.startswith("TensorRT-LLM C++ executor")
+    assert s999.engine_version.startswith("TensorRT-LLM 1.0") and "C++ executor" in s999.engine_version
 
 
 def test_amd_harness_yaml_over_its_common_config():
