@@ -5,10 +5,12 @@ Reads a local git mirror of github.com/mlcommons/inference_results_v5.1 (the pat
 nothing is downloaded): `summary_results.json` lists the results; for each, the performance
 run's `mlperf_log_summary.txt` gives the measured tokens/s, samples/s and, for Server and
 Interactive runs, the mean, median and p99 of time to first token and time per output token,
-with the scenario's target rate and p99 limits; a submitter's `configs/<system>/<scenario>/<model>.py`
-(NVIDIA's harness, also used by its partners) gives the tensor and pipeline parallel sizes,
-the batch and token limits and chunked context when present. A result the schema cannot state
-(no catalog GPU, mixed GPUs, an unreadable log) is listed in the file's header with the reason.
+with the scenario's target rate and p99 limits. The engine settings each submitter ran come from
+its code in the same repository (scripts/mlperf_engine_settings.py reads them): NVIDIA's harness
+configs (`configs/<system>/<scenario>/<model>.py`, also used by its partners), AMD's vLLM harness
+YAML (`code/<benchmark>/harness_llm/models/llama2-70b/<scenario>_<gpu>.yaml`) and MangoBoost's
+LLMBoost server flags. A result the schema cannot state (no catalog GPU, mixed GPUs, an
+unreadable log) is listed in the file's header with the reason.
 
     python scripts/mlperf_serving_records.py /path/to/inference_results_v5.1-git-dir
 """
@@ -22,6 +24,8 @@ import sys
 from pathlib import Path
 
 import yaml
+
+from mlperf_engine_settings import engine_settings  # scripts/mlperf_engine_settings.py
 
 REPO = "mlcommons/inference_results_v5.1"
 OUT = Path(__file__).resolve().parents[1] / "src" / "meshplan" / "records" / "held-out" / "mlperf-inference-v5.1.yaml"
@@ -86,33 +90,6 @@ def measured(log: dict, scenario: str) -> dict:
     return {k: round(v, 3) for k, v in out.items() if v}
 
 
-def config_file(git_dir: Path, files: list[str], row: dict, stem: str) -> str | None:
-    """The submitter's harness config of this system, scenario and model, if it has one."""
-    prefix = f"closed/{row['Submitter']}/configs/"
-    tail = f"/{row['Scenario']}/{stem}.py"
-    hits = [f for f in files if f.startswith(prefix) and f.endswith(tail)]
-    platform = row["Platform"]
-    best = [f for f in hits if platform.startswith(f[len(prefix):-len(tail)])]
-    return max(best, key=len) if best else None
-
-
-def config_knobs(text: str) -> dict:
-    """Layout and scheduler limits of the first workload setting of a harness config."""
-    first = text.split("C.WorkloadSetting(")[1] if "C.WorkloadSetting(" in text else text
-    runtime = first.split("trtllm_runtime_flags")[-1]
-
-    def find(pattern, where=first, kind=int):
-        m = re.search(pattern, where)
-        return kind(m.group(1)) if m else None
-
-    return {"tp": find(r"tensor_parallelism:\s*(\d+)"), "pp": find(r"pipeline_parallelism:\s*(\d+)"),
-            "max_num_seqs": find(r"gpu_batch_size:\s*\{[^}]*?:\s*(\d+)"),
-            "max_num_batched_tokens": find(r"'max_num_tokens':\s*(\d+)", runtime),
-            "chunked_prefill": True if re.search(r"'enable_chunked_context':\s*True", runtime) else None,
-            "kv_cache_dtype": find(r"'kv_cache_dtype':\s*'(\w+)'", first, str),
-            "precision": find(r"precision:\s*'(\w+)'", first, str)}
-
-
 def engine(software: str) -> tuple[str, str | None]:
     s = software.lower()
     if "tensorrt" in s:
@@ -137,7 +114,8 @@ def workload_of(log: dict, scenario: str, in_len: int, out_len: int) -> dict:
 
 
 def source_of(row: dict, commit: str, log_path: str, conf_path: str | None) -> dict:
-    """The record's provenance: the results repository at `commit`, the log summary and harness config."""
+    """The record's provenance: the results repository at `commit`, the log summary and the
+    engine settings' file."""
     source = {"name": f"MLPerf Inference v5.1 results ({row['Submitter']}), closed division, datacenter",
               "key": f"mlperf-inference-v5.1-{row['Submitter'].lower()}",
               "repo": REPO, "commit": commit, "path": log_path,
@@ -148,7 +126,7 @@ def source_of(row: dict, commit: str, log_path: str, conf_path: str | None) -> d
     return source
 
 
-def notes_of(row: dict, gpus: int, in_note: str, serving: dict, conf_path: str | None) -> str:
+def notes_of(row: dict, gpus: int, in_note: str, serving: dict, settings_note: str) -> str:
     """How each value of the record was derived."""
     notes = (f"Software: {row['Software']}. Measured values from the loadgen log summary: output tokens/s = "
              f"'(Completed) tokens per second' (whole system, {gpus} GPUs); requests/s = '(Completed) samples "
@@ -159,10 +137,7 @@ def notes_of(row: dict, gpus: int, in_note: str, serving: dict, conf_path: str |
         notes += (f"{row['Scenario']} scenario: Poisson arrivals at loadgen's target_qps, the run valid only if p99 TTFT <= "
                   f"{serving['slo']['ttft_ms']:.0f} ms and p99 TPOT <= {serving['slo']['tpot_ms']:.0f} ms; "
                   f"num_requests = target_qps x the log's min_duration (queries loadgen issues at least). ")
-    notes += ("Layout and limits from the harness config named in source.config_path (first workload setting; "
-              "max_num_seqs = gpu_batch_size, max_num_batched_tokens = runtime max_num_tokens). " if conf_path else
-              "No harness config with a layout: tp/pp and limits unstated (engine defaults, layout to be chosen). ")
-    return notes
+    return notes + settings_note
 
 
 def record(git_dir: Path, files: list[str], row: dict, commit: str) -> dict | str:
@@ -178,13 +153,13 @@ def record(git_dir: Path, files: list[str], row: dict, commit: str) -> dict | st
     log = parse_log(text)
     if not tokens_per_s(log) or not samples_per_s(log):
         return "the log summary has no tokens/s or samples/s"
-    conf_path = config_file(git_dir, files, row, stem)
-    knobs = config_knobs(show(git_dir, conf_path)) if conf_path else {}
     name, version = engine(row["Software"])
-    wdt = next((d for d in DTYPES if d in row.get("weight_data_types", "").lower()), None)
-    if knobs.get("precision") in DTYPES:
-        wdt = knobs["precision"]
     per_gpu, nodes = int(row["a#"]), int(row["Nodes"] or 1)
+    found = engine_settings(lambda path: show(git_dir, path), files, row, stem, gpu, name, per_gpu * nodes)
+    knobs = found.knobs
+    wdt = next((d for d in DTYPES if d in row.get("weight_data_types", "").lower()), None)
+    if found.precision in DTYPES:
+        wdt = found.precision
     out_len = round(tokens_per_s(log) / samples_per_s(log))
     in_len, in_note = INPUT_MEAN[model]
     hardware = {"gpu": gpu, "num_gpus": per_gpu * nodes, "gpus_per_node": per_gpu}
@@ -192,18 +167,17 @@ def record(git_dir: Path, files: list[str], row: dict, commit: str) -> dict | st
         hardware["scale_up_domain"] = 72
     scenario = row["Scenario"]
     workload = workload_of(log, scenario, in_len, out_len)
-    serving = {"engine": name, "engine_version": version, "tp": knobs.get("tp"), "pp": knobs.get("pp"),
-               "weights_dtype": wdt, "activations_dtype": wdt if wdt in ("fp8", "fp4") else None,
-               "kv_cache_dtype": knobs.get("kv_cache_dtype") if knobs.get("kv_cache_dtype") in DTYPES else None,
-               "max_num_seqs": knobs.get("max_num_seqs"), "max_num_batched_tokens": knobs.get("max_num_batched_tokens"),
-               "chunked_prefill": knobs.get("chunked_prefill"), "workload": workload}
+    serving = {"engine": name, "engine_version": found.engine_version or version, "tp": knobs.pop("tp", None),
+               "pp": knobs.pop("pp", None), "replicas": knobs.pop("replicas", None), "weights_dtype": wdt,
+               "activations_dtype": wdt if wdt in ("fp8", "fp4") else None,
+               "kv_cache_dtype": knobs.pop("kv_cache_dtype", None), **knobs, "workload": workload}
     if scenario != "Offline":
         serving["slo"] = {"ttft_ms": log["ttft_latency (ns)"] / 1e6, "tpot_ms": log["tpot_latency (ns)"] / 1e6,
                           "percentile": 99}
     serving = {k: v for k, v in serving.items() if v is not None}
     rid = re.sub(r"[^a-z0-9.]+", "-", f"mlperf51-{row['Submitter']}-{row['Platform']}-{row['Model']}-{scenario}".lower())
-    source = source_of(row, commit, log_path, conf_path)
-    notes = notes_of(row, per_gpu * nodes, in_note, serving, conf_path)
+    source = source_of(row, commit, log_path, found.path)
+    notes = notes_of(row, per_gpu * nodes, in_note, serving, found.note)
     return {"id": rid, "kind": "serving", "source": source, "model": model, "hardware": hardware,
             "serving": serving, "measured": measured(log, scenario), "notes": notes}
 

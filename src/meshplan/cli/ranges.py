@@ -105,6 +105,7 @@ RANGES: dict[str, Range] = {
     "max_num_batched_tokens": R(1, 100_000_000, "a token budget"),
     "gpu_memory_utilization": R(0.01, 1, "a memory fraction"),
     "speculative_tokens": R(0, 64, "a draft token count"),
+    "num_scheduler_steps": R(1, 256, "a step count"),
     "acceptance_rate": R(0, 1, "an acceptance rate", open_high=True),
     "kv_cpu_gib": R(0.01, 100_000, "a host KV size", "GiB"),
     "kv_hit_rate": R(0, 1, "a hit rate"),

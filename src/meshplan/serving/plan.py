@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from meshplan.serving.versions import parse_release
+
 SpeculativeMethod = Literal["eagle", "mtp"]
 Engine = Literal["vllm", "sglang", "tensorrt-llm"]
 WeightsDtype = Literal["auto", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]
@@ -47,6 +49,35 @@ def _check_two_batch_overlap(plan: "ServingPlan") -> None:
         raise ValueError("enable_two_batch_overlap=true: TensorRT-LLM has no two-micro-batch overlap "
                          "option (SGLang --enable-two-batch-overlap, vLLM --enable-dbo have one); set "
                          "what_if=true (--what-if) to model it anyway")
+
+
+MULTI_STEP_RELEASES = ((0, 5, 5), (0, 10, 1))
+"""vLLM releases with V0 multi-step scheduling: added by vllm-project/vllm PR #7000 (0.5.5),
+removed with the V0 engine's remnants by PR #22138 (after 0.10.0)."""
+
+
+def _check_multi_step(plan: "ServingPlan") -> None:
+    """Multi-step scheduling is vLLM V0's, modeled with its default scheduler (chunked prefill
+    off: a prefill batch is one step, decode batches run num_scheduler_steps steps)."""
+    n = plan.num_scheduler_steps
+    if plan.engine != "vllm":
+        raise ValueError(f"num_scheduler_steps={n}: multi-step scheduling is vLLM V0's "
+                         f"(--num-scheduler-steps); {plan.engine} has no such option: use 1")
+    if plan.chunked_prefill:
+        raise ValueError(f"num_scheduler_steps={n} with chunked_prefill=true: meshplan models vLLM V0 "
+                         "multi-step with its default scheduler (prefill batches of whole prompts); "
+                         "set chunked_prefill=false or num_scheduler_steps=1")
+    if plan.speculative_tokens:
+        raise ValueError(f"num_scheduler_steps={n} with speculative_tokens: vLLM V0 runs speculative "
+                         "decoding without multi-step scheduling; set one of them to its default")
+    if plan.disaggregated is not None:
+        raise ValueError(f"num_scheduler_steps={n}: multi-step scheduling is not modeled with "
+                         "disaggregated prefill/decode pools; use 1")
+    release = parse_release(plan.engine_version)
+    lo, hi = MULTI_STEP_RELEASES
+    if release is not None and not lo <= release < hi:
+        raise ValueError(f"num_scheduler_steps={n}: vLLM {plan.engine_version} has no multi-step "
+                         "scheduling (vLLM 0.5.5 to 0.10.0, V0 engine); use 1 or such a release")
 
 
 class Disaggregation(BaseModel):
@@ -141,6 +172,11 @@ class ServingPlan(BaseModel):
     projection of the hidden state and the next token's embedding)."""
     disaggregated: Disaggregation | None = None
     """Separate prefill and decode pools; None: prefill and decode share each replica."""
+    num_scheduler_steps: int = Field(1, ge=1)
+    """vLLM V0 multi-step scheduling (--num-scheduler-steps, releases 0.5.5 to 0.10.0): a decode
+    batch runs this many forward steps per scheduler call, so requests arriving or finishing
+    meanwhile wait for the batch's last step; prefill batches stay single steps (vLLM V0's
+    default scheduler, chunked prefill off). 1: the scheduler runs before every step."""
     enforce_eager: bool = False
     """Run every iteration eagerly, without CUDA graphs (vLLM --enforce-eager, SGLang
     --disable-cuda-graph): small batches then wait on the host's kernel launches."""
@@ -187,6 +223,8 @@ class ServingPlan(BaseModel):
             raise ValueError(f"ep={self.ep}: the experts are divided over the tp x dp = {stage} GPUs of a "
                              f"pipeline stage, so ep must divide {stage} (valid: {valid}); what is left "
                              "of tp x dp splits each expert's matrices (expert tensor parallelism)")
+        if self.num_scheduler_steps > 1:
+            _check_multi_step(self)
         if self.kv_cache_dtype in ("int4", "int2") and not self.what_if:
             raise ValueError(
                 f"kv_cache_dtype={self.kv_cache_dtype!r}: {self.engine} has no {self.kv_cache_dtype} KV cache "

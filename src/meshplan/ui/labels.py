@@ -51,6 +51,7 @@ LABELS = {
     "prefix_caching": "Prefix caching", "block_size": "KV block (tokens)", "scheduler_policy": "Scheduler policy",
     "speculative_tokens": "Draft tokens per step", "acceptance_rate": "Draft acceptance (probability)",
     "speculative_method": "Drafter", "enforce_eager": "Eager mode (no CUDA graphs)",
+    "num_scheduler_steps": "Decode steps per scheduler call (vLLM V0)",
     "enable_two_batch_overlap": "Two-batch overlap (MoE, EP)",
     "lora_adapters": "LoRA adapters", "max_loras": "Resident LoRA adapters", "kv_offload": "KV offload",
     "kv_cpu_bytes": "CPU KV memory per replica (bytes)", "kv_hit_rate": "CPU KV hit rate (fraction)",

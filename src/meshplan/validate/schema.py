@@ -199,10 +199,16 @@ class Serving(BaseModel):
     activations_dtype: DType | None = None
     kv_cache_dtype: DType | None = None
     disaggregated: Disaggregated | None = None
+    router: Literal["round-robin", "least-outstanding", "prefix-affinity"] | None = None
     max_num_seqs: int | None = Field(None, ge=1)
     max_num_batched_tokens: int | None = Field(None, ge=1)
     chunked_prefill: bool | None = None
     prefix_caching: bool | None = None
+    block_size: int | None = Field(None, ge=1)
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    scheduler_policy: Literal["max-utilization", "guaranteed-no-evict"] | None = None
+    enforce_eager: bool | None = None
+    num_scheduler_steps: int | None = Field(None, ge=1)
     enable_two_batch_overlap: bool | None = None
     speculative: Speculative | None = None
     """Speculative decoding, or null (off)."""

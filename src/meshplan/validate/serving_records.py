@@ -45,6 +45,11 @@ class ServingCase:
     """What was chosen for the record because it did not say (layout, engine release)."""
 
 
+ENGINE_KNOBS = ("router", "block_size", "gpu_memory_utilization", "scheduler_policy", "enforce_eager",
+                "num_scheduler_steps")
+"""Record keys handed to the ServingPlan field of the same name when stated (null: the default)."""
+
+
 def _kv_dtype(s) -> str:
     """KV dtype as published; unpublished with fp8/fp4 TensorRT-LLM checkpoints: fp8 (ModelOpt
     quantized checkpoints ship an fp8 KV-cache scale), else the activation dtype."""
@@ -65,13 +70,14 @@ def _plan(record: Record, model: ModelSpec) -> ServingPlan:
     if static and not budget:  # one static batch: the whole batch's prompts in one step
         budget = s.max_num_seqs * (s.workload.input_len or 1)
     dis = Disaggregation(**s.disaggregated.model_dump(exclude_none=True)) if s.disaggregated else None
+    knobs = {k: getattr(s, k) for k in ENGINE_KNOBS if getattr(s, k) is not None}
     return ServingPlan(engine="vllm" if s.engine == "other" else s.engine,
                        engine_version=s.engine_version, tp=tp, pp=pp, ep=ep, dp=dp,
                        replicas=replicas, weights_dtype=s.weights_dtype or "auto",
                        kv_cache_dtype=_kv_dtype(s), max_num_seqs=s.max_num_seqs,
                        max_num_batched_tokens=budget, chunked_prefill=s.chunked_prefill,
                        prefix_caching=s.prefix_caching, disaggregated=dis,
-                       enable_two_batch_overlap=s.enable_two_batch_overlap, **_speculative(s))
+                       enable_two_batch_overlap=s.enable_two_batch_overlap, **knobs, **_speculative(s))
 
 
 def _speculative(s) -> dict:

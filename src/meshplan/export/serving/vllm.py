@@ -108,9 +108,11 @@ def _knob_flags(plan: ServingPlan) -> Flags:
         flags.append(("--max-num-batched-tokens", plan.max_num_batched_tokens))
     if plan.gpu_memory_utilization is not None:
         flags.append(("--gpu-memory-utilization", plan.gpu_memory_utilization))
-    if plan.chunked_prefill is not None:
+    if plan.chunked_prefill is not None or plan.num_scheduler_steps > 1:  # multi-step: V0, whole prompts
         flags.append(("--enable-chunked-prefill" if plan.chunked_prefill
                       else "--no-enable-chunked-prefill", None))
+    if plan.num_scheduler_steps > 1:
+        flags.append(("--num-scheduler-steps", plan.num_scheduler_steps))
     if plan.prefix_caching is not None:
         flags.append(("--enable-prefix-caching" if plan.prefix_caching
                       else "--no-enable-prefix-caching", None))

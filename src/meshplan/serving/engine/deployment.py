@@ -43,12 +43,15 @@ class Pool:
     def to_dict(self) -> dict:
         """What was chosen, for JSON output."""
         s, m = self.scheduler, self.memory
-        return {"role": self.role, "replicas": self.replicas, "tp": self.plan.tp, "pp": self.plan.pp,
-                "ep": self.plan.ep, "dp": self.plan.dp, "max_num_seqs": s.max_num_seqs,
-                "max_num_batched_tokens": s.max_num_batched_tokens, "chunked_prefill": s.chunked_prefill,
-                "reserve_full": s.reserve_full, "kv_blocks": m.num_blocks, "block_size": m.block_size,
-                "kv_tokens": m.kv_tokens, "weights_gib": m.weights_bytes / 2**30,
-                "kv_cache_gib": m.kv_bytes / 2**30}
+        out = {"role": self.role, "replicas": self.replicas, "tp": self.plan.tp, "pp": self.plan.pp,
+               "ep": self.plan.ep, "dp": self.plan.dp, "max_num_seqs": s.max_num_seqs,
+               "max_num_batched_tokens": s.max_num_batched_tokens, "chunked_prefill": s.chunked_prefill,
+               "reserve_full": s.reserve_full, "kv_blocks": m.num_blocks, "block_size": m.block_size,
+               "kv_tokens": m.kv_tokens, "weights_gib": m.weights_bytes / 2**30,
+               "kv_cache_gib": m.kv_bytes / 2**30}
+        if s.num_scheduler_steps > 1:
+            out["num_scheduler_steps"] = s.num_scheduler_steps
+        return out
 
 
 def _scheduler(plan: ServingPlan, d: EngineDefaults) -> SchedulerConfig:
@@ -56,15 +59,18 @@ def _scheduler(plan: ServingPlan, d: EngineDefaults) -> SchedulerConfig:
     seqs = (plan.max_num_seqs or d.max_num_seqs) * plan.pp
     tokens = (plan.max_num_batched_tokens or d.max_num_batched_tokens) * plan.pp
     chunked = d.chunked_prefill if plan.chunked_prefill is None else plan.chunked_prefill
+    multi = plan.num_scheduler_steps > 1  # vLLM V0's default scheduler: whole prompts, prefill first
+    chunked = chunked and not multi
     policy = plan.scheduler_policy or d.scheduler_policy
     if plan.engine == "vllm" and tokens < seqs:
         raise ConfigError(f"max_num_batched_tokens ({tokens}) must be at least max_num_seqs ({seqs}) in vLLM")
     e = expected_tokens_per_step(plan.speculative_tokens, plan.acceptance_rate or 0.0)
     return SchedulerConfig(engine=plan.engine, max_num_seqs=seqs, max_num_batched_tokens=tokens,
                            chunked_prefill=chunked, reserve_full=policy == "guaranteed-no-evict",
-                           mixed_batches=plan.engine != "sglang",
+                           mixed_batches=plan.engine != "sglang" and not multi,
                            future_token_ratio=0.3 if plan.engine == "sglang" else 0.0,
-                           speculative_tokens=plan.speculative_tokens, tokens_per_step=e)
+                           speculative_tokens=plan.speculative_tokens, tokens_per_step=e,
+                           num_scheduler_steps=plan.num_scheduler_steps)
 
 
 def _defaults(model: ModelSpec, cluster: Cluster, plan: ServingPlan, workload: Workload,

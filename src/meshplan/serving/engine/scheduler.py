@@ -8,6 +8,10 @@ the default guaranteed-no-evict policy admits a request only when the blocks of 
 prompt + output are free, so nothing is ever evicted. SGLang: an iteration is either a prefill
 batch (new requests, up to the chunked-prefill size) or a decode batch; prefill goes first
 whenever a waiting request fits, with room kept for the running requests' future tokens.
+vLLM V0 multi-step (`num_scheduler_steps` N > 1): V0's default scheduler (prefill batches of
+whole prompts first, else a decode batch) called once per N decode steps: the decode batch is
+fixed for its N steps, so arrivals wait for its last step and requests that finish inside it
+stay in the batch (computed, their tokens dropped) until then.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class SchedulerConfig:
     """Draft tokens verified per decode step."""
     tokens_per_step: float = 1.0
     """Mean tokens a decode step emits (1 without speculative decoding)."""
+    num_scheduler_steps: int = 1
+    """Decode steps per scheduler call (vLLM V0 multi-step); 1: every step is scheduled."""
 
 
 def expected_tokens_per_step(k: int, acceptance: float) -> float:
