@@ -190,7 +190,10 @@ SERVING_HOLDOUT_NAMES = {"mlperf-inference-v5.1": "MLPerf Inference v5.1 (Llama 
                          "serving-engines-2025b": "The engines' own publications, second pass (SGLang's gpt-oss-120b "
                                                   "post and cookbook: gpt-oss-120b, Qwen3-235B, DeepSeek-R1 and Kimi K2 "
                                                   "on B200, Llama 3.1 70B on A100, DeepSeek-V3, Kimi K2 and Llama 4 "
-                                                  "Scout on MI300X; TensorRT-LLM's FP8 Llama 2 70B on one H200)"}
+                                                  "Scout on MI300X; TensorRT-LLM's FP8 Llama 2 70B on one H200)",
+                         "gpustack-performance-lab": "GPUStack's performance lab (vllm bench serve against vLLM, SGLang "
+                                                     "and TensorRT-LLM: Qwen3-8B/14B/32B/235B, gpt-oss-20b/120b on "
+                                                     "H100 and A100, DeepSeek-R1 on H200)"}
 HOLDOUT_QUANTITIES = {"throughput": "output tokens/s", "input_throughput": "input tokens/s", "ttft": "TTFT mean",
                       "ttft_p99": "TTFT p99", "tpot": "TPOT mean", "tpot_p99": "TPOT p99"}
 

@@ -63,6 +63,20 @@ def test_serving_record_measuring_only_capacity_is_skipped_with_reason(tmp_path)
     assert skip["id"] == "s1" and "max_request_rate_under_slo" in skip["reason"]
 
 
+def test_serving_record_whose_simulation_finishes_nothing_is_skipped_not_dropped(tmp_path, monkeypatch):
+    # A stalled simulation yields NaN for every metric; the record must be a skip with a reason
+    # (SCHEMA.md: a skip counts against coverage), never vanish from both rows and skips.
+    import meshplan.validate.run as run
+
+    monkeypatch.setattr(run, "predict_serving", lambda case: dict.fromkeys(run.SERVING_METRICS, float("nan")))
+    result = runner.invoke(app, ["validate", str(write(tmp_path, [SERVING])), "--json", "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["records"] == []
+    (skip,) = data["skipped"]
+    assert skip["id"] == "s1" and "finished none of the 100 requests" in skip["reason"]
+
+
 def test_human_table(tmp_path):
     result = runner.invoke(app, ["validate", str(write(tmp_path, [TRAINING]))])
     assert result.exit_code == 0, result.output

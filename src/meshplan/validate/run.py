@@ -77,6 +77,9 @@ def serving_rows(record: Record) -> list[Row]:
                           "the capacity search (serve plan), not one simulation")
     case = serving_case(record)
     predicted = predict_serving(case)
+    if all(v != v for v in predicted.values()):  # NaN everywhere: not one request finished
+        raise ConfigError(f"the simulated engine finished none of the {len(case.workload.requests)} "
+                          "requests (its scheduler stalled), so no metric can be compared")
     regime = serving_regime_of(case.model, case.cluster, case.plan, case.workload)
     rows = []
     for k, v in measured.items():
