@@ -320,8 +320,9 @@ def check_servable(pool: Pool, workload: Workload) -> None:
         kv = req.input_len + (req.output_len if pool.role != "prefill" else 1)
         if kv > capacity:
             raise ConfigError(
-                f"request {req.id} needs KV for {kv:,} tokens ({req.input_len:,} prompt + output) but a "
-                f"{pool.role} replica's KV cache holds {capacity:,}; raise tp/pp, use an fp8 KV cache or "
+                f"request {req.id} needs KV for {kv:,} tokens ({req.input_len:,} prompt + output) but "
+                f"{'a' if pool.role == 'both' else 'a ' + pool.role} replica's KV cache holds {capacity:,}; "
+                "raise tp/pp, use an fp8 KV cache or "
                 f"cap the lengths (the engines refuse such a max_model_len at start-up)")
         if not s.chunked_prefill and pool.role != "decode" and req.input_len > s.max_num_batched_tokens:
             raise ConfigError(

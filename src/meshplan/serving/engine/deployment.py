@@ -54,6 +54,11 @@ class Pool:
         return out
 
 
+SGLANG_CLIP_MAX_NEW_TOKENS = 4096
+"""SGLang's cap on the output tokens its admission control reserves per request
+(SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096: srt/managers/schedule_policy.py)."""
+
+
 def _scheduler(plan: ServingPlan, d: EngineDefaults) -> SchedulerConfig:
     # With pipeline parallelism the engines keep pp batches in flight, each within the limits.
     seqs = (plan.max_num_seqs or d.max_num_seqs) * plan.pp
@@ -69,6 +74,7 @@ def _scheduler(plan: ServingPlan, d: EngineDefaults) -> SchedulerConfig:
                            chunked_prefill=chunked, reserve_full=policy == "guaranteed-no-evict",
                            mixed_batches=plan.engine != "sglang" and not multi,
                            future_token_ratio=0.3 if plan.engine == "sglang" else 0.0,
+                           admission_clip=SGLANG_CLIP_MAX_NEW_TOKENS if plan.engine == "sglang" else 0,
                            speculative_tokens=plan.speculative_tokens, tokens_per_step=e,
                            num_scheduler_steps=plan.num_scheduler_steps)
 

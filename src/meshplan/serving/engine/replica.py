@@ -254,7 +254,10 @@ class Replica(DecodeFastForward):
     def _blocks_to_admit(self, seq: Seq) -> int:
         """Blocks a waiting request needs to start (all of prompt + output when reserving)."""
         tokens = seq.prompt + (seq.remaining_output if self.cfg.reserve_full else 0)
-        if not self.cfg.reserve_full and not seq.prefilled:
+        clip = self.cfg.admission_clip
+        if clip and not seq.prefilled:  # SGLang: the whole prompt and the clipped output
+            tokens = seq.prompt + min(seq.remaining_output, clip)
+        elif not self.cfg.reserve_full and not seq.prefilled:
             tokens = min(tokens, self.cfg.max_num_batched_tokens)
         return math.ceil(tokens / self.pool.block_size) + self.window_blocks
 
@@ -262,7 +265,8 @@ class Replica(DecodeFastForward):
         """Blocks free for new requests after room for the running requests' future tokens."""
         keep = 0.0
         if self.cfg.future_token_ratio:
-            left = sum(s.remaining_output for s in self.running.values())
+            clip = self.cfg.admission_clip or math.inf
+            left = sum(min(s.remaining_output, clip) for s in self.running.values())
             keep = self.cfg.future_token_ratio * left / self.pool.block_size
         return self.pool.available() - keep
 

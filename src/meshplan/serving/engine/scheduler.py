@@ -37,6 +37,11 @@ class SchedulerConfig:
     future_token_ratio: float
     """Share of running requests' remaining output kept free when admitting (SGLang's
     new_token_ratio); 0 for engines that admit greedily."""
+    admission_clip: int = 0
+    """SGLang's PrefillAdder (schedule_policy.py, CLIP_MAX_NEW_TOKENS = 4096 in the 0.5.6.post2
+    wheel): a new request is admitted only when its whole uncached prompt plus min(its output,
+    clip) fits in the free KV left after min(each running request's remaining output, clip) x
+    `future_token_ratio`; 0: other engines, whose first prefill chunk need only fit."""
     speculative_tokens: int = 0
     """Draft tokens verified per decode step."""
     tokens_per_step: float = 1.0
