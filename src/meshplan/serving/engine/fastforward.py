@@ -29,14 +29,14 @@ class DecodeFastForward:
         d, ran = self.decode, 0
         if (self.prefilling or self.recorded is not None or self.cfg.speculative_tokens
                 or d.tokens_per_step != 1.0 or self.lora is not None or self.cpu is not None
-                or self._ghosts):
+                or self._run.ghosts):
             return now, 0
         while d.count and d.step not in d.finishing:
             count, need = d.count, d.blocks_needed()
             t = self.cost(count, count, count, d.context_tokens(), 0, 0, count)
             if now + t >= horizon or need > self.pool.available():
                 return now, ran
-            if not self._group_pos and not self._nothing_to_admit(need):  # (mid-run: no scheduler call)
+            if not self._run.pos and not self._nothing_to_admit(need):  # (mid-run: no scheduler call)
                 return now, ran
             self.pool.allocate(need)
             d.grown_for = d.step
@@ -45,7 +45,7 @@ class DecodeFastForward:
             self.log.append(self.index, now, now + t, 0, count, len(self.running), 0,
                             self.pool.used, self.pool.total, preempted=0, kind="decode")
             if self.cfg.num_scheduler_steps > 1:
-                self._group_pos = (self._group_pos + 1) % self.cfg.num_scheduler_steps
+                self._run.pos = (self._run.pos + 1) % self.cfg.num_scheduler_steps
             now, ran = now + t, ran + 1
             if (self._admission_frozen() and hasattr(self.cost, "batch")
                     and horizon - now > MIN_STRETCH * t):
@@ -104,7 +104,7 @@ class DecodeFastForward:
         self.pool.allocate(int(grown[-1]))
         d.step += n
         d.grown_for = d.step - 1
-        self._group_pos = (self._group_pos + n) % self.cfg.num_scheduler_steps
+        self._run.pos = (self._run.pos + n) % self.cfg.num_scheduler_steps
         self.decode_end_s.frombytes(ends.astype(float).tobytes())
         starts = np.concatenate(([now], ends[:-1]))
         self.log.extend(n, replica=self.index, start_s=starts, end_s=ends, prefill_tokens=0,

@@ -21,7 +21,7 @@ from meshplan.serving.engine.kvcache import BlockPool
 from meshplan.serving.engine.kvtier import CpuTier
 from meshplan.serving.cost.lora import AdapterSlots
 from meshplan.serving.traffic.request import RequestRecord
-from meshplan.serving.engine.scheduler import SchedulerConfig
+from meshplan.serving.engine.scheduler import MultiStepRun, SchedulerConfig
 from meshplan.serving.engine.sequence import Seq, rebased
 
 
@@ -61,12 +61,8 @@ class Replica(DecodeFastForward):
         """The host-memory KV tier (kv_offload=cpu); None: the GPU cache only."""
         self._loaded = 0
         """Prompt tokens this iteration copies back from the CPU tier."""
-        self._group_pos = 0
-        """vLLM V0 multi-step: decode steps run so far in the current decode batch's run of
-        `num_scheduler_steps` (0: the next iteration calls the scheduler)."""
-        self._ghosts, self._ghost_ctx = 0, 0.0
-        """Multi-step: members that finished inside the current run, still computed to its end,
-        and the context their attention reads."""
+        self._run = MultiStepRun()
+        """vLLM V0 multi-step: the current decode batch's run of `num_scheduler_steps`."""
 
     @property
     def queued(self) -> int:
@@ -97,7 +93,7 @@ class Replica(DecodeFastForward):
     def start(self, now: float) -> float | None:
         """Schedule one iteration at `now`; returns its end time, or None when idle."""
         self._chunks, self._preempted, self._start = [], 0, now
-        if self._group_pos:
+        if self._run.pos:
             return self._start_group_step(now)
         self._admit_arrived()
         budget = self.cfg.max_num_batched_tokens
@@ -124,8 +120,8 @@ class Replica(DecodeFastForward):
         if self.decode.count:
             self._grow_decodes()
             self.decode.grown_for = self.decode.step
-        if not self.decode.count and not self._ghosts:  # every member preempted
-            self._group_pos = 0
+        if not self.decode.count and not self._run.ghosts:  # every member preempted
+            self._run.pos = 0
             return self.start(now)
         self._decoded, self._ndec = True, self.decode.count
         self.busy = True
@@ -134,12 +130,13 @@ class Replica(DecodeFastForward):
     def _end_group_step(self, done: list[Seq]) -> None:
         """Multi-step: count a decode step into its run; `done` (finished at it) stay in the batch
         until the run's last step, their context growing by one token a step."""
-        self._group_pos = (self._group_pos + 1) % self.cfg.num_scheduler_steps
-        if not self._group_pos:
-            self._ghosts, self._ghost_ctx = 0, 0.0
+        run = self._run
+        run.pos = (run.pos + 1) % self.cfg.num_scheduler_steps
+        if not run.pos:
+            run.ghosts, run.ghost_ctx = 0, 0.0
             return
-        self._ghost_ctx += self._ghosts + sum(seq.computed for seq in done)
-        self._ghosts += len(done)
+        run.ghost_ctx += run.ghosts + sum(seq.computed for seq in done)
+        run.ghosts += len(done)
 
     def _prefill_fits(self) -> bool:
         """SGLang: run a prefill batch when a request is mid-prefill or a waiting one fits."""
@@ -351,9 +348,9 @@ class Replica(DecodeFastForward):
         k = self.cfg.speculative_tokens
         tokens = decodes * (1 + k) + prefill
         ctx = self.decode.context_tokens() * (1 + k) if decodes else 0.0
-        if self._ghosts:  # multi-step: finished members computed to the end of the run
-            g = self._ghosts
-            tokens, decodes, sampling, ctx = tokens + g, decodes + g, sampling + g, ctx + self._ghost_ctx
+        if self._run.ghosts:  # multi-step: finished members computed to the end of the run
+            g = self._run.ghosts
+            tokens, decodes, sampling, ctx = tokens + g, decodes + g, sampling + g, ctx + self._run.ghost_ctx
         args = (tokens, decodes + len(self._chunks), decodes, ctx, prefill, pairs, sampling)
         if self.recorded is not None:
             self.recorded.append(args)
