@@ -374,9 +374,20 @@ def render_validated_against(acc: dict, holdout: dict, mem: dict, serving: dict)
         ["serving, every published metric, each source left out",
          f"{(serving['leave_one_source_out'] or serving['all'])['n']} values from {len(serving['by_source'])} sources",
          *med_p90(serving["leave_one_source_out"]), ""],
+        *_serving_held_out_rows(serving),
     ]
     return _table(["predicted", "measured in", "median abs. error", "p90 abs. error",
                    "inside the p10-p90 band"], ["---", "---", "---:", "---:", "---:"], rows) + "\n"
+
+
+def _serving_held_out_rows(serving: dict) -> list[list[str]]:
+    """Throughput, TTFT and TPOT of the held-out serving runs (one value per record and quantity,
+    as the serving accuracy page's per-engine table counts them)."""
+    cells = serving["by_engine_generation"]["groups"]["all"]
+    names = {"throughput": "serving throughput", "ttft": "serving TTFT", "tpot": "serving TPOT"}
+    return [[f"{name}, held out", f"{cells[kind]['held_out']['n']} values of public runs no fit reads "
+             "(MLPerf v5.1, the engines' blogs and cookbooks, GPUStack's lab)", *med_p90(cells[kind]["held_out"]), ""]
+            for kind, name in names.items() if cells.get(kind, {}).get("held_out")]
 
 
 @dataclass(frozen=True, slots=True)
