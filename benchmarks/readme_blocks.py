@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from readme_cells import ACCURACY_ALIGN, ACCURACY_HEADER, band_cell, md_table, med_p90, pct, spct
+from readme_serving import (render_serving_accuracy, render_serving_groups, render_serving_holdout,
+                            serving_held_out_rows)
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 ROOT = HERE.parent
@@ -25,41 +29,9 @@ MARKER = re.compile(r"^(<!-- BEGIN GENERATED: ([\w-]+) -->\n)(.*?)^(<!-- END GEN
 """A generated block: its markers stand on lines of their own."""
 
 
-def pct(x: float, digits: int = 1) -> str:
-    """A fraction as a percentage: 0.0549 -> '5.5%'."""
-    return f"{x * 100:.{digits}f}%"
-
-
-def spct(x: float, digits: int = 1) -> str:
-    """A signed fraction as a percentage: -0.006 -> '-0.6%'."""
-    return f"{x * 100:+.{digits}f}%"
-
-
-def med_p90(s: dict | None) -> list[str]:
-    """The median and p90 of an error_stats dict, as two table cells (None: a figure the last fit
-    did not measure, e.g. a refit without --loso)."""
-    if s is None:
-        return ["not re-measured since the last refit", ""]
-    return [pct(s["median_abs_rel_error"]), pct(s["p90_abs_rel_error"])]
-
-
-def _table(header: list[str], align: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-
-
-ACCURACY_HEADER = ["", "median abs. error", "p90 abs. error", "issue target"]
-ACCURACY_ALIGN = ["---", "---:", "---:", "---:"]
-
-
 HELD_OUT_NAMES = {"megatron-bridge": "Megatron-Bridge", "small-models": "small models (GPT-2 class)",
                   "moe-training": "MoE", "blackwell-training": "Blackwell, other labs"}
 """Held-out record files (src/meshplan/records/held-out/NAME.yaml) as the tables name them."""
-
-
-def band_cell(band: dict) -> str:
-    """Share of measured values inside their p10-p90 band, with the counts."""
-    return f"{pct(band['share'], 0)} ({band['inside']} of {band['n']})"
 
 
 def render_training_accuracy(acc: dict, holdout: dict) -> str:
@@ -71,7 +43,7 @@ def render_training_accuracy(acc: dict, holdout: dict) -> str:
                *med_p90(f["summary"]), ""] for name, f in holdout["files"].items()],
             [f"step time ({m['step_time_s']['n']} records that publish it)", *med_p90(m["step_time_s"]), ""],
             [f"peak memory ({m['peak_memory_gib']['n']} records)", *med_p90(m["peak_memory_gib"]), ""]]
-    table = _table(ACCURACY_HEADER, ACCURACY_ALIGN, rows)
+    table = md_table(ACCURACY_HEADER, ACCURACY_ALIGN, rows)
     sources = ", ".join(f"{s['source']} {pct(s['median_abs_rel_error'])} ({s['n']})"
                         for s in sorted(acc["by_source"], key=lambda s: s["median_abs_rel_error"]))
     kind = "leave-one-source-out" if acc["loso_by_source"] else "in-sample"
@@ -84,7 +56,7 @@ def render_memory_accuracy(mem: dict) -> str:
     """Peak memory per published run, measured against predicted."""
     rows = [[r["label"], f"{r['measured_gib']:.1f}", f"{r['predicted_gib']:.1f}", spct(r["rel_error"])]
             for r in mem["rows"] if r["measured_gib"] is not None]
-    table = _table(["record", "measured GiB", "predicted GiB", "error"],
+    table = md_table(["record", "measured GiB", "predicted GiB", "error"],
                    ["---", "---:", "---:", "---:"], rows)
     errs = [abs(r["rel_error"]) for r in mem["rows"] if r["rel_error"] is not None]
     within = sum(e <= 0.10 for e in errs)
@@ -93,146 +65,6 @@ def render_memory_accuracy(mem: dict) -> str:
                 if ooms else "")
     return (f"{table}\n\nMedian absolute error {pct(mem['median_abs_rel_error'])}; {within} of "
             f"{len(errs)} within 10%.{oom_text}\n")
-
-
-SERVING_BANDS = {"throughput": "throughput", "ttft": "TTFT (mean, median)", "ttft_tail": "TTFT p90/p99",
-                 "tpot": "TPOT, ITL, E2E (mean, median)", "tpot_tail": "TPOT p90/p99"}
-"""The serving bands' quantities (meshplan.bands.serving.KINDS) as the accuracy table names them."""
-
-
-def render_serving_accuracy(acc: dict) -> str:
-    """Accuracy table of the serving simulator, per GPU and per source."""
-    m, engines = acc["by_metric"], acc["engines"]
-    out, sans = m["output_tokens_per_s"], acc["output_tokens_per_s_without_gh200_tp2"]
-    rows = [[f"output tokens/s, in-sample ({out['n']} values)", *med_p90(out), "10% / 25%"],
-            [f"all metrics, in-sample ({acc['all']['n']})", *med_p90(acc["all"]), ""],
-            ["all metrics, leave-one-source-out", *med_p90(acc["leave_one_source_out"]), ""],
-            [f"TTFT mean ({m['ttft_ms_mean']['n']} values)", *med_p90(m["ttft_ms_mean"]), ""],
-            [f"output tokens/s without the GH200 TP2 values ({sans['n']})", *med_p90(sans), ""]]
-    bands = acc.get("bands", {})
-    rows = [[*r, ""] for r in rows]
-    how = {"in-sample": "calibration records in-sample, held-out ones never fitted"}
-    rows += [[f"{SERVING_BANDS[k]}: {b['n']} values of {b['sources']} sources, "
-              f"{how.get(b.get('calibration_residuals'), 'each left out or held out')}", *med_p90(b), "", band_cell(b)]
-             for k, b in sorted(bands.items(), key=lambda kv: list(SERVING_BANDS).index(kv[0]))]
-    table = _table([*ACCURACY_HEADER, "inside the p10-p90 band"], [*ACCURACY_ALIGN, "---:"], rows)
-    gpus = ", ".join(f"{g} {pct(s['median_abs_rel_error'])} / {pct(s['p90_abs_rel_error'])}"
-                     for g, s in sorted(acc["by_gpu"].items(), key=lambda kv: kv[1]["median_abs_rel_error"]))
-    sources = ", ".join(f"{k} {pct(s['median_abs_rel_error'])} / {pct(s['p90_abs_rel_error'])} ({s['n']})"
-                        for k, s in sorted(acc["by_source"].items()))
-    mix = ", ".join(f"{n} {e}" for e, n in sorted(engines.items(), key=lambda kv: -kv[1]))
-    return (f"{acc['simulated']} of {acc['records']} serving records simulated ({mix}).\n\n{table}\n\n"
-            f"Per GPU (median / p90): {gpus}. Per source (median / p90, values): {sources}.\n")
-
-
-GROUP_SETS = ("in_sample", "loso", "held_out")
-"""The three figures of a cell of the per-engine serving table, in order (serving_groups.SETS)."""
-GROUP_QUANTITIES = {"throughput": "throughput", "ttft": "TTFT", "tpot": "TPOT", "ttft_tail": "TTFT",
-                    "tpot_tail": "TPOT"}
-"""The per-engine table's columns in order, each a quantity of bands.serving.KINDS."""
-
-
-def _group_header(kind: str, metrics: list[str]) -> str:
-    """A column's name; a tail column names the percentiles its values are (p99, p90/p99)."""
-    if not kind.endswith("_tail"):
-        return GROUP_QUANTITIES[kind]
-    stats = sorted({m.rsplit("_", 1)[1] for m in metrics}, key=lambda p: int(p[1:]))
-    return f"{GROUP_QUANTITIES[kind]} {'/'.join(stats)}"
-
-
-def _group_cell(by_set: dict | None, signed: bool) -> str:
-    """'in-sample / leave-one-source-out / held-out', each a median (values) or '—'."""
-    if not by_set:
-        return "—"
-    parts = []
-    for name in GROUP_SETS:
-        c = by_set.get(name, {"n": 0})
-        if not c["n"]:
-            parts.append("—")
-            continue
-        value = spct(c["signed_median"]) if signed else pct(c["median_abs_rel_error"])
-        parts.append(f"{value} ({c['n']})")
-    return " / ".join(parts)
-
-
-def _group_table(d: dict, signed: bool) -> str:
-    kinds = [k for k in GROUP_QUANTITIES if any(k in g for g in d["groups"].values())]
-    header = ["engine, GPU generation", *(_group_header(k, d["metrics"].get(k, [])) for k in kinds)]
-    order = ["all", *sorted(g for g in d["groups"] if g != "all")]
-    rows = [[f"**{g}**" if g == "all" else g, *(_group_cell(d["groups"][g].get(k), signed) for k in kinds)]
-            for g in order]
-    return _table(header, ["---", *["---:"] * len(kinds)], rows)
-
-
-def render_serving_groups(acc: dict) -> str:
-    """Per engine and GPU generation and per quantity: in-sample, leave-one-source-out and held-out
-    median errors (absolute, then signed)."""
-    d = acc["by_engine_generation"]
-    return (f"Median absolute error (values), each cell in-sample / leave-one-source-out / held-out:\n\n"
-            f"{_group_table(d, False)}\n\nSigned median (positive: predicted too high; a latency too "
-            f"long, a throughput too high), same cells:\n\n{_group_table(d, True)}\n\n"
-            f"In-sample: the {acc['simulated']} calibration records simulated with the shipped constants, "
-            f"which were fitted on them ({d['constants_fitted']}). Leave-one-source-out: the same records, "
-            f"each source predicted by constants refitted without it, and held-out: the records of "
-            f"`records/held-out/`, which no fit reads, predicted by the shipped constants; both are the "
-            f"serving bands' residuals (`bands/data/serving_residuals.yaml`, written by "
-            f"`scripts/fit_serving_bands.py` on {d['residuals_date']}), one value per record and "
-            f"quantity. TTFT is the mean or the median, TPOT the mean or median of TPOT, ITL or E2E "
-            f"latency. `python benchmarks/serving_accuracy.py` took {acc['seconds']} s on the shared "
-            f"2-core machine, nearly all of it the in-sample simulations (the other columns are read "
-            f"from the file; refitting them is `scripts/fit_serving_bands.py`'s work, about as long as "
-            f"`calibrate --loso`).\n")
-
-
-SERVING_HOLDOUT_NAMES = {"mlperf-inference-v5.1": "MLPerf Inference v5.1 (Llama 2 70B, Llama 3.1 405B)",
-                         "serving-engines-2025": "The engines' own 2025 publications (SGLang on LMSYS's blog, a "
-                                                 "TensorRT-LLM tech blog, vLLM's recipes: DeepSeek-V3/R1, Kimi K2)",
-                         "serving-engines-2025b": "The engines' own publications, second pass (SGLang's gpt-oss-120b "
-                                                  "post and cookbook: gpt-oss-120b, Qwen3-235B, DeepSeek-R1 and Kimi K2 "
-                                                  "on B200, Llama 3.1 70B on A100, DeepSeek-V3, Kimi K2 and Llama 4 "
-                                                  "Scout on MI300X; TensorRT-LLM's FP8 Llama 2 70B on one H200)",
-                         "gpustack-performance-lab": "GPUStack's performance lab (vllm bench serve against vLLM, SGLang "
-                                                     "and TensorRT-LLM: Qwen3-8B/14B/32B/235B, gpt-oss-20b/120b on "
-                                                     "H100 and A100, DeepSeek-R1 on H200)"}
-HOLDOUT_QUANTITIES = {"throughput": "output tokens/s", "input_throughput": "input tokens/s", "ttft": "TTFT mean",
-                      "ttft_p99": "TTFT p99", "tpot": "TPOT mean", "tpot_p99": "TPOT p99"}
-
-
-def _holdout_row(label: str, f: dict) -> list[str]:
-    if not f.get("n"):
-        return [label, "0", "", "", "", ""]
-    return [label, str(f["n"]), *med_p90(f), spct(f["signed_median"]), band_cell(f)]
-
-
-def _holdout_rows(f: dict) -> list[list[str]]:
-    """Each quantity with values: overall, per arrival mode (throughputs), per engine and GPU
-    generation, per cause (disaggregated pool or aggregated, MoE or dense)."""
-    quantities = [q for q in HOLDOUT_QUANTITIES if f["quantities"].get(q, {}).get("n")]
-    rows = [_holdout_row(f"**{HOLDOUT_QUANTITIES[q]}**, all", f["quantities"][q]) for q in quantities]
-    rows += [_holdout_row(f"{HOLDOUT_QUANTITIES[q]}, {mode} arrivals", f["modes"][mode][q])
-             for q in quantities if q in ("throughput", "input_throughput")
-             for mode in sorted(f["modes"]) if f["modes"][mode].get(q, {}).get("n")]
-    for table in ("groups", "causes"):
-        for q in quantities:
-            rows += [_holdout_row(f"{HOLDOUT_QUANTITIES[q]}, {g}", f[table][g][q])
-                     for g in sorted(f.get(table, {})) if f[table][g].get(q, {}).get("n")]
-    return rows
-
-
-def render_serving_holdout(d: dict) -> str:
-    """Per held-out serving file: each quantity overall, per arrival mode, per engine and GPU
-    generation and per cause."""
-    out = []
-    for name, f in d["files"].items():
-        table = _table(["quantity", "values", "median abs. error", "p90 abs. error", "signed median",
-                        "inside the p10-p90 band"], ["---", "---:", "---:", "---:", "---:", "---:"], _holdout_rows(f))
-        pooled = ("These records' own residuals are in the bands' pools, so the last column is not out of "
-                  "sample (the serving accuracy table gives that)." if f.get("in_band_pools", True) else
-                  "The bands' pools have never seen these records: the last column is out of sample.")
-        out.append(f"{SERVING_HOLDOUT_NAMES.get(name, name)}: {f['records']} records, {f['skipped']} not "
-                   f"representable; latencies of the {f['sustained']} of {f['timed']} timed runs the "
-                   f"simulated deployment sustains, and of every untimed one. {pooled}\n\n{table}\n")
-    return "\n".join(out)
 
 
 def render_plan_search_speed(d: dict) -> str:
@@ -277,7 +109,7 @@ def render_serving_scale(d: dict) -> str:
     rows = [[f"{r['requests']:,}", r["mode"], r.get("arrival", "poisson"), f"{r['wall_s']:,.0f} s",
              f"{r['peak_rss_mib']:,.0f} MiB", f"{r['requests'] / r['wall_s']:,.0f}",
              f"{r['simulated_s'] / 3600:,.1f} h"] for r in d["rows"]]
-    table = _table(["requests", "metrics", "arrivals", "wall time", "peak RSS", "requests per wall s",
+    table = md_table(["requests", "metrics", "arrivals", "wall time", "peak RSS", "requests per wall s",
                     "simulated traffic"], ["---:", "---", "---", "---:", "---:", "---:", "---:"], rows)
     return (f"A day of traffic (`python benchmarks/serving_scale.py --full`; {d['case']}; each run in a "
             f"fresh process, wall time on a shared 2-core machine):\n\n{table}\n")
@@ -304,7 +136,7 @@ def render_site_calibration(d: dict) -> str:
     for k in ["uncalibrated", *map(str, d["ks"])]:
         label = "0 (leave-one-source-out model)" if k == "uncalibrated" else k
         rows.append([label] + [" / ".join(med_p90(d[kind]["summary"][k])) for kind in ("training", "serving")])
-    table = _table(header, ["---", "---:", "---:"], rows)
+    table = md_table(header, ["---", "---:", "---:"], rows)
     return (f"{table}\n\nMedian / p90 absolute error of the runs not fitted on, over "
             f"{d['training']['groups']} training and {d['serving']['groups']} serving (source, GPU) "
             f"groups with at least {d['min_runs']} runs, {d['draws']} random draws per k; "
@@ -374,20 +206,10 @@ def render_validated_against(acc: dict, holdout: dict, mem: dict, serving: dict)
         ["serving, every published metric, each source left out",
          f"{(serving['leave_one_source_out'] or serving['all'])['n']} values from {len(serving['by_source'])} sources",
          *med_p90(serving["leave_one_source_out"]), ""],
-        *_serving_held_out_rows(serving),
+        *serving_held_out_rows(serving),
     ]
-    return _table(["predicted", "measured in", "median abs. error", "p90 abs. error",
+    return md_table(["predicted", "measured in", "median abs. error", "p90 abs. error",
                    "inside the p10-p90 band"], ["---", "---", "---:", "---:", "---:"], rows) + "\n"
-
-
-def _serving_held_out_rows(serving: dict) -> list[list[str]]:
-    """Throughput, TTFT and TPOT of the held-out serving runs (one value per record and quantity,
-    as the serving accuracy page's per-engine table counts them)."""
-    cells = serving["by_engine_generation"]["groups"]["all"]
-    names = {"throughput": "serving throughput", "ttft": "serving TTFT", "tpot": "serving TPOT"}
-    return [[f"{name}, held out", f"{cells[kind]['held_out']['n']} values of public runs no fit reads "
-             "(MLPerf v5.1, the engines' blogs and cookbooks, GPUStack's lab)", *med_p90(cells[kind]["held_out"]), ""]
-            for kind, name in names.items() if cells.get(kind, {}).get("held_out")]
 
 
 @dataclass(frozen=True, slots=True)

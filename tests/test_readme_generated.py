@@ -18,6 +18,8 @@ BENCHMARKS = REPO / "benchmarks"
 
 
 def _blocks_module():
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))  # readme_blocks imports readme_cells and readme_serving by name
     spec = importlib.util.spec_from_file_location("readme_blocks", BENCHMARKS / "readme_blocks.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built

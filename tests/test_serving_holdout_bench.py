@@ -72,10 +72,10 @@ def test_the_block_shows_only_quantities_with_values_and_says_when_bands_never_s
 
 def test_every_held_out_serving_file_has_a_title_in_the_block():
     """The block names each held-out file with serving records by its title, not its file stem."""
-    import readme_blocks
+    import readme_serving
 
     from meshplan.records import SETS
 
     serving = [p.stem for p in SETS["held-out"] if any(r.kind == "serving" for r in load_records(p))]
     assert "serving-engines-2025b" in serving
-    assert [s for s in serving if s not in readme_blocks.SERVING_HOLDOUT_NAMES] == []
+    assert [s for s in serving if s not in readme_serving.SERVING_HOLDOUT_NAMES] == []
